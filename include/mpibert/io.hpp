@@ -1,0 +1,32 @@
+// File input/output shared by every module: whole-file reads (plain or gzip), SHA-256, and writes
+// that never leave a half-written file under the final name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace mpibert {
+
+// Reads a whole file. Gzip input (recognized by its magic bytes, whatever the name) is inflated;
+// a truncated or corrupt stream is an InputError naming the file.
+std::string read_file(const std::string& path);
+
+// Hex SHA-256 of bytes / of a file's raw (not inflated) bytes.
+std::string sha256_hex(std::string_view bytes);
+std::string sha256_file(const std::string& path);
+
+// A temporary name beside `final_path`, unique to this process.
+std::string temporary_path_for(const std::string& final_path);
+
+// Writes `bytes` to a temporary file beside `path`, flushes it, then renames it over `path`.
+// On any failure the temporary file is removed and an InputError names `path`.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// rename(2) with an InputError on failure.
+void rename_file(const std::string& from, const std::string& to);
+
+// Removes a file if it exists; never throws.
+void remove_quietly(const std::string& path) noexcept;
+
+}  // namespace mpibert

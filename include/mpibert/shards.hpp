@@ -1,0 +1,108 @@
+// HDF5 feature shards. One file per preparing rank, plus manifest.json written by rank 0 once
+// every rank succeeded. Reading never depends on how many ranks prepared the data: a FeatureStore
+// concatenates shards in order and addresses features by global index.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpibert/features.hpp"
+
+namespace mpibert {
+
+inline constexpr int32_t kShardFormatVersion = 1;
+
+// Stored as attributes on the root group of every shard, and in the manifest.
+struct ShardHeader {
+  int32_t format_version = kShardFormatVersion;
+  std::string split;  // "train" or "eval"
+  FeatureParams params;
+  std::string input_sha256, vocab_sha256, tool_version;
+  int32_t shard_index = 0, num_shards = 1;
+  int64_t first_example = 0, num_examples = 0;  // the global example range held by this shard
+  int64_t num_features = 0;
+};
+
+// Examples held by a shard, for evaluation post-processing (ids, contexts, gold answers).
+struct ExampleRecords {
+  std::vector<std::string> ids, questions;
+  std::vector<int32_t> context_indices;  // into `contexts`, local to the shard
+  std::vector<std::string> answers_json;  // [{"text": ..., "answer_start": ...}, ...]
+  std::vector<uint8_t> is_impossible;
+  std::vector<std::string> contexts;
+  size_t size() const { return ids.size(); }
+};
+
+struct Shard {
+  ShardHeader header;
+  FeatureTable features;
+  ExampleRecords examples;
+};
+
+// Writes `shard` to exactly `path` (callers pick a temporary name and rename). Datasets are
+// chunked, shuffled + deflated and carry Fletcher-32 checksums. Throws InputError naming `path`.
+void write_shard(const std::string& path, const Shard& shard);
+Shard read_shard(const std::string& path);
+ShardHeader read_shard_header(const std::string& path);
+
+// shard-00001-of-00004.h5
+std::string shard_file_name(int32_t shard_index, int32_t num_shards);
+
+struct ShardEntry {
+  std::string file;
+  int64_t first_example = 0, num_examples = 0, num_features = 0;
+};
+
+struct Manifest {
+  std::string tool_version;
+  std::string split;
+  FeatureParams params;
+  std::string input_path, input_sha256, vocab_path, vocab_sha256;
+  int64_t vocab_size = 0;
+  int64_t num_examples = 0, num_features = 0;
+  std::vector<ShardEntry> shards;
+};
+
+inline constexpr const char* kManifestName = "manifest.json";
+std::string manifest_to_json(const Manifest& manifest);
+Manifest read_manifest(const std::string& dir);  // throws InputError naming the file
+
+// One feature, viewed in place.
+struct FeatureView {
+  const uint16_t* input_ids;
+  const int32_t* offsets;  // 2 per token
+  int32_t length, context_start;
+  int64_t example_index;
+  int32_t window_index, start_position, end_position;
+};
+
+struct ExampleView {
+  const std::string* id;
+  const std::string* question;
+  const std::string* context;
+  const std::string* answers_json;
+  bool is_impossible;
+};
+
+// All shards of a prepared directory, in memory, addressed by global feature / example index.
+class FeatureStore {
+ public:
+  static FeatureStore open(const std::string& dir);
+
+  const Manifest& manifest() const { return manifest_; }
+  int64_t num_features() const { return static_cast<int64_t>(feature_starts_.size()); }
+  int64_t num_examples() const { return manifest_.num_examples; }
+  FeatureView feature(int64_t index) const;
+  ExampleView example(int64_t index) const;
+
+ private:
+  Manifest manifest_;
+  std::vector<Shard> shards_;
+  // Per global feature: shard and the offset of its first token inside that shard.
+  std::vector<int32_t> feature_shard_;
+  std::vector<int64_t> feature_starts_;
+  std::vector<int64_t> shard_first_feature_;  // per shard: global index of its first feature
+};
+
+}  // namespace mpibert

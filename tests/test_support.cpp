@@ -1,0 +1,109 @@
+#include "test_support.hpp"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+
+#include "mpibert/io.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpibert::test {
+namespace {
+
+// The suites run mpiexec themselves: as root (CI) Open MPI needs these, and 3 ranks on 2 cores
+// need oversubscription. Values already in the environment win.
+const bool mpi_environment_ready = [] {
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  return true;
+}();
+
+}  // namespace
+
+std::string fixtures_dir() {
+  const char* from_env = std::getenv("MPIBERT_FIXTURES");
+  return from_env && *from_env ? from_env : MPIBERT_DEFAULT_FIXTURES;
+}
+std::string data_dir() { return MPIBERT_DATA_DIR; }
+std::string vocab_path() { return data_dir() + "/bert-base-uncased/vocab.txt"; }
+std::string squad_v1_path() { return data_dir() + "/squad/dev-v1.1.json.gz"; }
+std::string squad_v2_path() { return data_dir() + "/squad/dev-v2.0.json.gz"; }
+std::string bin_dir() { return MPIBERT_BIN_DIR; }
+std::string mpiexec() { return MPIBERT_MPIEXEC; }
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "mpibert-test-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  fs::remove_all(path_, ignored);
+}
+
+std::vector<std::string> TempDir::entries() const {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+CommandResult run_command(const std::string& command_line) {
+  FILE* pipe = ::popen((command_line + " 2>&1").c_str(), "r");
+  if (!pipe) throw std::runtime_error("popen failed: " + command_line);
+  std::string output;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::istringstream in(read_file(path));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string squad_normalize(const std::string& text) {
+  // Python's string.punctuation is ASCII only, as in the official script.
+  std::string no_punctuation;
+  for (char c : text)
+    if (!std::ispunct(static_cast<unsigned char>(c))) no_punctuation += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::istringstream words(no_punctuation);
+  std::string word, out;
+  while (words >> word) {
+    if (word == "a" || word == "an" || word == "the") continue;
+    out += (out.empty() ? "" : " ") + word;
+  }
+  return out;
+}
+
+}  // namespace mpibert::test

@@ -1,0 +1,50 @@
+// Shared helpers for the test suites: where fixtures and data are, temporary directories, and
+// running the project's binaries as a user would.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mpibert::test {
+
+// $MPIBERT_FIXTURES, else ../shared/fixtures beside the checkout.
+std::string fixtures_dir();
+// The data bundled with the project (vocab, SQuAD dev sets).
+std::string data_dir();
+std::string vocab_path();
+std::string squad_v1_path();
+std::string squad_v2_path();
+std::string bin_dir();
+std::string mpiexec();
+
+// A fresh directory under /tmp, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Names of the entries in the directory, sorted.
+  std::vector<std::string> entries() const;
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_status;
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command line; output is captured.
+CommandResult run_command(const std::string& command_line);
+
+void write_text(const std::string& path, const std::string& text);
+std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
+std::string read_bytes(const std::string& path);                // as stored, never inflated
+
+// The official SQuAD evaluation's normalize_answer: lower, drop punctuation and articles, squeeze spaces.
+std::string squad_normalize(const std::string& text);
+
+}  // namespace mpibert::test
