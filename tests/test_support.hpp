@@ -27,7 +27,8 @@ class TempDir {
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   // Names of the entries in the directory, sorted.
-  std::vector<std::string> entries() const;
+  std::vector<std::string> entries() const { return entries_of(path_); }
+  static std::vector<std::string> entries_of(const std::string& dir);
 
  private:
   std::string path_;

@@ -1,0 +1,161 @@
+// BERT for extractive question answering, HuggingFace's BertForQuestionAnswering in LibTorch.
+// Submodules are registered under HF's names and in HF's order, so named_parameters() yields
+// exactly HF's state_dict keys ("bert.encoder.layer.0.attention.self.query.weight", ...).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace mpibert {
+
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  std::string hidden_act = "gelu";  // gelu (erf) | gelu_new (tanh approximation) | relu
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  double initializer_range = 0.02;
+  int64_t pad_token_id = 0;
+
+  // Reads HF's config.json; missing keys keep HF's BertConfig defaults. Throws InputError naming
+  // `origin` and the key for wrong types or invalid values.
+  static BertConfig from_json(const nlohmann::json& json, const std::string& origin);
+  static BertConfig load(const std::string& path);
+  // HF config.json for BertForQuestionAnswering.
+  nlohmann::ordered_json to_json() const;
+  void validate(const std::string& origin) const;
+};
+
+struct QAOutput {
+  torch::Tensor start_logits, end_logits;  // [batch, seq], padding not masked (as HF)
+  torch::Tensor sequence_output;           // [batch, seq, hidden]
+  torch::Tensor loss;                      // undefined unless positions were given
+};
+
+struct ModelOptions {
+  // bf16 autocast around the forward pass (for GPUs); float32 is the default and the parity reference.
+  bool autocast_bf16 = false;
+  // One [hidden, 3*hidden] matmul for Q, K and V instead of three (same parameters, HF names).
+  bool fused_qkv = true;
+};
+
+class BertEmbeddingsImpl : public torch::nn::Module {
+ public:
+  explicit BertEmbeddingsImpl(const BertConfig& config);
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids);
+  torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
+  torch::nn::LayerNorm LayerNorm{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(BertEmbeddings);
+
+class BertSelfAttentionImpl : public torch::nn::Module {
+ public:
+  BertSelfAttentionImpl(const BertConfig& config, const ModelOptions& options);
+  // additive_mask: [batch, 1, 1, seq], 0 for tokens and float32 min for padding.
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask);
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+
+ private:
+  int64_t heads_, head_size_;
+  bool fused_qkv_;
+};
+TORCH_MODULE(BertSelfAttention);
+
+// dense -> dropout -> LayerNorm(x + residual): HF's BertSelfOutput and BertOutput.
+class BertResidualOutputImpl : public torch::nn::Module {
+ public:
+  BertResidualOutputImpl(int64_t in_features, const BertConfig& config);
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& residual);
+  torch::nn::Linear dense{nullptr};
+  torch::nn::LayerNorm LayerNorm{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(BertResidualOutput);
+
+class BertAttentionImpl : public torch::nn::Module {
+ public:
+  BertAttentionImpl(const BertConfig& config, const ModelOptions& options);
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask);
+  BertSelfAttention self{nullptr};
+  BertResidualOutput output{nullptr};
+};
+TORCH_MODULE(BertAttention);
+
+class BertIntermediateImpl : public torch::nn::Module {
+ public:
+  explicit BertIntermediateImpl(const BertConfig& config);
+  torch::Tensor forward(const torch::Tensor& hidden);
+  torch::nn::Linear dense{nullptr};
+
+ private:
+  std::string activation_;
+};
+TORCH_MODULE(BertIntermediate);
+
+class BertLayerImpl : public torch::nn::Module {
+ public:
+  BertLayerImpl(const BertConfig& config, const ModelOptions& options);
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask);
+  BertAttention attention{nullptr};
+  BertIntermediate intermediate{nullptr};
+  BertResidualOutput output{nullptr};
+};
+TORCH_MODULE(BertLayer);
+
+class BertEncoderImpl : public torch::nn::Module {
+ public:
+  BertEncoderImpl(const BertConfig& config, const ModelOptions& options);
+  torch::Tensor forward(torch::Tensor hidden, const torch::Tensor& additive_mask);
+  torch::nn::ModuleList layer{nullptr};
+};
+TORCH_MODULE(BertEncoder);
+
+class BertModelImpl : public torch::nn::Module {
+ public:
+  BertModelImpl(const BertConfig& config, const ModelOptions& options);
+  // Last hidden state [batch, seq, hidden]; attention_mask is 1 for tokens, 0 for padding.
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                        const torch::Tensor& attention_mask);
+  BertEmbeddings embeddings{nullptr};
+  BertEncoder encoder{nullptr};
+};
+TORCH_MODULE(BertModel);
+
+class BertForQuestionAnsweringImpl : public torch::nn::Module {
+ public:
+  explicit BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options = {});
+  QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                   const torch::Tensor& attention_mask, const torch::Tensor& start_positions = {},
+                   const torch::Tensor& end_positions = {});
+  // HF's _init_weights: normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, and
+  // the padding row of the word embeddings zeroed. Draws from torch's global generator.
+  void init_weights();
+  const BertConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+
+  BertModel bert{nullptr};
+  torch::nn::Linear qa_outputs{nullptr};
+
+ private:
+  BertConfig config_;
+  ModelOptions options_;
+};
+TORCH_MODULE(BertForQuestionAnswering);
+
+// HF's QA loss: positions clamped to [0, seq], cross-entropy ignoring index seq, mean of start and end.
+torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
+                                      const torch::Tensor& start_positions, const torch::Tensor& end_positions);
+
+int64_t count_parameters(const torch::nn::Module& module);
+
+}  // namespace mpibert

@@ -1,0 +1,145 @@
+#include "mpibert/checkpoint.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "mpibert/error.hpp"
+#include "mpibert/io.hpp"
+#include "mpibert/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpibert {
+namespace {
+
+constexpr const char* kPositionIds = "bert.embeddings.position_ids";
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A checkpoint key in the QA model's naming: "bert." prefix added to bare BertModel keys, and the
+// TF-era LayerNorm names mapped.
+std::string to_model_name(std::string key) {
+  if (ends_with(key, "LayerNorm.gamma")) key.replace(key.size() - 5, 5, "weight");
+  if (ends_with(key, "LayerNorm.beta")) key.replace(key.size() - 4, 4, "bias");
+  for (const char* bare : {"embeddings.", "encoder.", "pooler."})
+    if (starts_with(key, bare)) return "bert." + key;
+  return key;
+}
+
+// Tensors a QA model has no parameter for, but which HF checkpoints legitimately carry.
+bool is_ignored_head(const std::string& name) {
+  return starts_with(name, "cls.") || starts_with(name, "bert.pooler.") || ends_with(name, "embeddings.position_ids") ||
+         ends_with(name, "embeddings.token_type_ids");
+}
+
+std::string shape_string(c10::IntArrayRef sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+  return text + "]";
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
+}  // namespace
+
+LoadReport load_state(BertForQuestionAnswering& model, const SafetensorsFile& checkpoint) {
+  std::map<std::string, torch::Tensor> parameters;
+  for (auto& item : model->named_parameters()) parameters[item.key()] = item.value();
+
+  LoadReport report;
+  std::vector<std::string> unexpected, wrong_shape;
+  std::set<std::string> loaded;
+  torch::NoGradGuard no_grad;
+  for (const NamedTensor& entry : checkpoint.tensors()) {
+    const std::string name = to_model_name(entry.name);
+    auto it = parameters.find(name);
+    if (it == parameters.end()) {
+      (is_ignored_head(name) ? report.ignored : unexpected).push_back(entry.name);
+      continue;
+    }
+    if (entry.tensor.sizes() != it->second.sizes()) {
+      wrong_shape.push_back(entry.name + " is " + shape_string(entry.tensor.sizes()) + ", the model expects " +
+                            shape_string(it->second.sizes()));
+      continue;
+    }
+    if (!loaded.insert(name).second) {
+      unexpected.push_back(entry.name + " (a second tensor for " + name + ")");
+      continue;
+    }
+    it->second.copy_(entry.tensor.to(it->second.dtype()));
+  }
+
+  std::vector<std::string> missing;
+  for (const auto& [name, tensor] : parameters) {
+    if (loaded.count(name)) continue;
+    (starts_with(name, "qa_outputs.") ? report.initialized_fresh : missing).push_back(name);
+  }
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back("missing " + join(missing));
+  if (!unexpected.empty()) problems.push_back("unexpected " + join(unexpected));
+  if (!wrong_shape.empty()) problems.push_back("wrong shape: " + join(wrong_shape));
+  if (!problems.empty()) {
+    std::string message;
+    for (const auto& problem : problems) message += (message.empty() ? "" : "; ") + problem;
+    throw InputError(describe(checkpoint.path(), "", "does not fit BertForQuestionAnswering: " + message));
+  }
+  if (!report.ignored.empty())
+    spdlog::info("{}: ignored {} tensor(s) a QA model does not use (pretraining heads, pooler, buffers): {}", checkpoint.path(),
+                 report.ignored.size(), join(report.ignored));
+  if (!report.initialized_fresh.empty())
+    spdlog::info("{}: no {}; initialized fresh, as HF does for a pretrained (not QA) checkpoint", checkpoint.path(),
+                 join(report.initialized_fresh));
+  return report;
+}
+
+BertForQuestionAnswering load_pretrained(const std::string& dir, const std::string& vocab_path, const ModelOptions& options,
+                                         LoadReport* report) {
+  const std::string weights = dir + "/model.safetensors";
+  if (!fs::exists(weights)) {
+    if (fs::exists(dir + "/pytorch_model.bin"))
+      throw InputError(describe(dir + "/pytorch_model.bin", "",
+                                "mpibert reads safetensors only; convert it with: python3 -c \"import torch; "
+                                "from safetensors.torch import save_file; sd = torch.load('pytorch_model.bin', map_location='cpu'); "
+                                "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors', metadata={'format': 'pt'})\""));
+    throw InputError(describe(weights, "", "not found (expected an HF model directory: config.json + model.safetensors)"));
+  }
+  BertConfig config = BertConfig::load(dir + "/config.json");
+  if (!vocab_path.empty()) {
+    Vocab vocab = Vocab::load(vocab_path);
+    if (static_cast<int64_t>(vocab.size()) != config.vocab_size)
+      throw InputError(describe(vocab_path, "", "has " + std::to_string(vocab.size()) + " tokens, but " + dir +
+                                                    "/config.json says vocab_size " + std::to_string(config.vocab_size)));
+  }
+  BertForQuestionAnswering model(config, options);
+  LoadReport loaded = load_state(model, SafetensorsFile::open(weights));
+  if (report) *report = std::move(loaded);
+  return model;
+}
+
+void save_pretrained(BertForQuestionAnswering& model, const std::string& dir, const std::string& vocab_path) {
+  fs::create_directories(dir);
+  std::vector<NamedTensor> tensors;
+  for (const auto& item : model->named_parameters()) {
+    tensors.push_back({item.key(), item.value().detach().to(torch::kCPU, torch::kFloat)});
+    // HF 4.x keeps the position_ids buffer in its state_dict right after the embeddings' LayerNorm.
+    if (item.key() == "bert.embeddings.LayerNorm.bias")
+      tensors.push_back({kPositionIds, torch::arange(model->config().max_position_embeddings, torch::kLong).unsqueeze(0)});
+  }
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", model->config().to_json().dump(2) + "\n");
+  write_file_atomic(dir + "/vocab.txt", read_file(vocab_path));
+  write_file_atomic(dir + "/tokenizer_config.json", "{\n  \"do_lower_case\": true\n}\n");
+}
+
+}  // namespace mpibert

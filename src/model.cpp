@@ -1,0 +1,350 @@
+#include "mpibert/model.hpp"
+
+#include <ATen/autocast_mode.h>
+
+#include <cmath>
+#include <limits>
+
+#include "mpibert/error.hpp"
+#include "mpibert/io.hpp"
+
+#if TORCH_VERSION_MAJOR >= 2
+#define MPIBERT_HAVE_SDPA 1
+#endif
+
+namespace mpibert {
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+namespace {
+
+template <typename T>
+void read_key(const nlohmann::json& json, const char* key, T& value, const std::string& origin) {
+  auto it = json.find(key);
+  if (it == json.end() || it->is_null()) return;
+  try {
+    if constexpr (std::is_integral_v<T>) {
+      if (!it->is_number_integer()) throw std::invalid_argument("");
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!it->is_number()) throw std::invalid_argument("");
+    } else if (!it->is_string()) {
+      throw std::invalid_argument("");
+    }
+    value = it->get<T>();
+  } catch (const std::exception&) {
+    throw InputError(describe(origin, std::string("'") + key + "'", std::string("has the wrong type (") + it->type_name() + ")"));
+  }
+}
+
+}  // namespace
+
+BertConfig BertConfig::from_json(const nlohmann::json& json, const std::string& origin) {
+  if (!json.is_object()) throw InputError(describe(origin, "", "config must be a JSON object"));
+  BertConfig config;
+  read_key(json, "vocab_size", config.vocab_size, origin);
+  read_key(json, "hidden_size", config.hidden_size, origin);
+  read_key(json, "num_hidden_layers", config.num_hidden_layers, origin);
+  read_key(json, "num_attention_heads", config.num_attention_heads, origin);
+  read_key(json, "intermediate_size", config.intermediate_size, origin);
+  read_key(json, "hidden_act", config.hidden_act, origin);
+  read_key(json, "max_position_embeddings", config.max_position_embeddings, origin);
+  read_key(json, "type_vocab_size", config.type_vocab_size, origin);
+  read_key(json, "layer_norm_eps", config.layer_norm_eps, origin);
+  read_key(json, "hidden_dropout_prob", config.hidden_dropout_prob, origin);
+  read_key(json, "attention_probs_dropout_prob", config.attention_probs_dropout_prob, origin);
+  read_key(json, "initializer_range", config.initializer_range, origin);
+  read_key(json, "pad_token_id", config.pad_token_id, origin);
+  if (auto it = json.find("position_embedding_type"); it != json.end() && *it != "absolute")
+    throw InputError(describe(origin, "'position_embedding_type'", "only \"absolute\" is supported, not " + it->dump()));
+  config.validate(origin);
+  return config;
+}
+
+BertConfig BertConfig::load(const std::string& path) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(describe(path, "", std::string("not valid JSON: ") + e.what()));
+  }
+  return from_json(json, path);
+}
+
+void BertConfig::validate(const std::string& origin) const {
+  auto positive = [&](const char* key, int64_t value) {
+    if (value <= 0) throw InputError(describe(origin, std::string("'") + key + "'", "must be positive, not " + std::to_string(value)));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("intermediate_size", intermediate_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  positive("type_vocab_size", type_vocab_size);
+  if (hidden_size % num_attention_heads != 0)
+    throw InputError(describe(origin, "'hidden_size'", std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
+                                                          std::to_string(num_attention_heads)));
+  if (hidden_act != "gelu" && hidden_act != "gelu_new" && hidden_act != "relu")
+    throw InputError(describe(origin, "'hidden_act'", "\"" + hidden_act + "\" is not supported (gelu, gelu_new, relu)"));
+  auto probability = [&](const char* key, double value) {
+    if (!(value >= 0.0 && value < 1.0)) throw InputError(describe(origin, std::string("'") + key + "'", "must be in [0, 1)"));
+  };
+  probability("hidden_dropout_prob", hidden_dropout_prob);
+  probability("attention_probs_dropout_prob", attention_probs_dropout_prob);
+  if (!(layer_norm_eps > 0)) throw InputError(describe(origin, "'layer_norm_eps'", "must be positive"));
+  if (!(initializer_range > 0)) throw InputError(describe(origin, "'initializer_range'", "must be positive"));
+  if (pad_token_id < 0 || pad_token_id >= vocab_size)
+    throw InputError(describe(origin, "'pad_token_id'", std::to_string(pad_token_id) + " is outside the vocabulary"));
+}
+
+nlohmann::ordered_json BertConfig::to_json() const {
+  return {
+      {"architectures", {"BertForQuestionAnswering"}},
+      {"model_type", "bert"},
+      {"attention_probs_dropout_prob", attention_probs_dropout_prob},
+      {"hidden_act", hidden_act},
+      {"hidden_dropout_prob", hidden_dropout_prob},
+      {"hidden_size", hidden_size},
+      {"initializer_range", initializer_range},
+      {"intermediate_size", intermediate_size},
+      {"layer_norm_eps", layer_norm_eps},
+      {"max_position_embeddings", max_position_embeddings},
+      {"num_attention_heads", num_attention_heads},
+      {"num_hidden_layers", num_hidden_layers},
+      {"pad_token_id", pad_token_id},
+      {"position_embedding_type", "absolute"},
+      {"type_vocab_size", type_vocab_size},
+      {"vocab_size", vocab_size},
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modules
+
+namespace {
+
+// Enables bf16 autocast for one device type for its lifetime, restoring the previous state.
+// The autocast API moved between LibTorch 1.x (per-device functions) and 2.4+ (device argument).
+class Bf16AutocastGuard {
+ public:
+  Bf16AutocastGuard(bool enabled, c10::DeviceType device) : enabled_(enabled), device_(device) {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    was_enabled_ = at::autocast::is_autocast_enabled(device_);
+    previous_dtype_ = at::autocast::get_autocast_dtype(device_);
+    at::autocast::set_autocast_enabled(device_, true);
+    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+#else
+    const bool cpu = device_ == c10::DeviceType::CPU;
+    was_enabled_ = cpu ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+    previous_dtype_ = cpu ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+    cpu ? at::autocast::set_cpu_enabled(true) : at::autocast::set_enabled(true);
+    cpu ? at::autocast::set_autocast_cpu_dtype(at::kBFloat16) : at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~Bf16AutocastGuard() {
+    if (!enabled_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(device_, was_enabled_);
+    at::autocast::set_autocast_dtype(device_, previous_dtype_);
+#else
+    const bool cpu = device_ == c10::DeviceType::CPU;
+    cpu ? at::autocast::set_cpu_enabled(was_enabled_) : at::autocast::set_enabled(was_enabled_);
+    cpu ? at::autocast::set_autocast_cpu_dtype(previous_dtype_) : at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+#endif
+  }
+  Bf16AutocastGuard(const Bf16AutocastGuard&) = delete;
+  Bf16AutocastGuard& operator=(const Bf16AutocastGuard&) = delete;
+
+ private:
+  bool enabled_, was_enabled_ = false;
+  c10::DeviceType device_;
+  at::ScalarType previous_dtype_ = at::kBFloat16;
+};
+
+torch::nn::LayerNorm layer_norm(const BertConfig& config) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.hidden_size}).eps(config.layer_norm_eps));
+}
+
+}  // namespace
+
+BertEmbeddingsImpl::BertEmbeddingsImpl(const BertConfig& config) {
+  word_embeddings = register_module(
+      "word_embeddings",
+      torch::nn::Embedding(torch::nn::EmbeddingOptions(config.vocab_size, config.hidden_size).padding_idx(config.pad_token_id)));
+  position_embeddings =
+      register_module("position_embeddings", torch::nn::Embedding(config.max_position_embeddings, config.hidden_size));
+  token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(config.type_vocab_size, config.hidden_size));
+  LayerNorm = register_module("LayerNorm", layer_norm(config));
+  dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout_prob));
+}
+
+torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids) {
+  const auto positions = torch::arange(input_ids.size(1), input_ids.options().dtype(torch::kLong));
+  // HF's order of additions: words + token types, then positions.
+  auto embeddings = word_embeddings(input_ids) + token_type_embeddings(token_type_ids);
+  embeddings = embeddings + position_embeddings(positions);
+  return dropout(LayerNorm(embeddings));
+}
+
+BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& config, const ModelOptions& options)
+    : heads_(config.num_attention_heads), head_size_(config.hidden_size / config.num_attention_heads), fused_qkv_(options.fused_qkv) {
+  query = register_module("query", torch::nn::Linear(config.hidden_size, config.hidden_size));
+  key = register_module("key", torch::nn::Linear(config.hidden_size, config.hidden_size));
+  value = register_module("value", torch::nn::Linear(config.hidden_size, config.hidden_size));
+  dropout = register_module("dropout", torch::nn::Dropout(config.attention_probs_dropout_prob));
+}
+
+torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask) {
+  const int64_t batch = hidden.size(0), seq = hidden.size(1);
+  torch::Tensor q, k, v;
+  if (fused_qkv_) {
+    // One GEMM over the concatenated weights reads the activations once instead of three times.
+    auto qkv = torch::nn::functional::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
+                                             torch::cat({query->bias, key->bias, value->bias}));
+    auto parts = qkv.view({batch, seq, 3, heads_, head_size_}).permute({2, 0, 3, 1, 4});  // [3, batch, heads, seq, head]
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    auto split_heads = [&](const torch::Tensor& x) { return x.view({batch, seq, heads_, head_size_}).permute({0, 2, 1, 3}); };
+    q = split_heads(query(hidden));
+    k = split_heads(key(hidden));
+    v = split_heads(value(hidden));
+  }
+  torch::Tensor context;
+#ifdef MPIBERT_HAVE_SDPA
+  // Flash / memory-efficient kernels on GPU; the same math as below.
+  context = at::scaled_dot_product_attention(q, k, v, additive_mask.to(q.dtype()), is_training() ? dropout->options.p() : 0.0);
+#else
+  auto scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_size_));
+  auto probabilities = dropout(torch::softmax(scores + additive_mask, -1));
+  context = torch::matmul(probabilities, v);
+#endif
+  return context.permute({0, 2, 1, 3}).reshape({batch, seq, heads_ * head_size_});
+}
+
+BertResidualOutputImpl::BertResidualOutputImpl(int64_t in_features, const BertConfig& config) {
+  dense = register_module("dense", torch::nn::Linear(in_features, config.hidden_size));
+  LayerNorm = register_module("LayerNorm", layer_norm(config));
+  dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout_prob));
+}
+
+torch::Tensor BertResidualOutputImpl::forward(const torch::Tensor& hidden, const torch::Tensor& residual) {
+  return LayerNorm(dropout(dense(hidden)) + residual);
+}
+
+BertAttentionImpl::BertAttentionImpl(const BertConfig& config, const ModelOptions& options) {
+  self = register_module("self", BertSelfAttention(config, options));
+  output = register_module("output", BertResidualOutput(config.hidden_size, config));
+}
+
+torch::Tensor BertAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask) {
+  return output(self(hidden, additive_mask), hidden);
+}
+
+BertIntermediateImpl::BertIntermediateImpl(const BertConfig& config) : activation_(config.hidden_act) {
+  dense = register_module("dense", torch::nn::Linear(config.hidden_size, config.intermediate_size));
+}
+
+torch::Tensor BertIntermediateImpl::forward(const torch::Tensor& hidden) {
+  auto x = dense(hidden);
+  if (activation_ == "gelu") return torch::gelu(x);
+  if (activation_ == "relu") return torch::relu(x);
+  return torch::gelu(x, "tanh");  // gelu_new: HF's NewGELUActivation is the tanh approximation
+}
+
+BertLayerImpl::BertLayerImpl(const BertConfig& config, const ModelOptions& options) {
+  attention = register_module("attention", BertAttention(config, options));
+  intermediate = register_module("intermediate", BertIntermediate(config));
+  output = register_module("output", BertResidualOutput(config.intermediate_size, config));
+}
+
+torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask) {
+  auto attended = attention(hidden, additive_mask);
+  return output(intermediate(attended), attended);
+}
+
+BertEncoderImpl::BertEncoderImpl(const BertConfig& config, const ModelOptions& options) {
+  layer = register_module("layer", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layer->push_back(BertLayer(config, options));
+}
+
+torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const torch::Tensor& additive_mask) {
+  for (const auto& module : *layer) hidden = module->as<BertLayerImpl>()->forward(hidden, additive_mask);
+  return hidden;
+}
+
+BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& options) {
+  embeddings = register_module("embeddings", BertEmbeddings(config));
+  encoder = register_module("encoder", BertEncoder(config, options));
+}
+
+torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                                     const torch::Tensor& attention_mask) {
+  auto hidden = embeddings(input_ids, token_type_ids);
+  // HF's extended mask: (1 - mask) * float32 min, broadcast over heads and query positions.
+  auto additive_mask = (1.0 - attention_mask.to(hidden.dtype()).unsqueeze(1).unsqueeze(2)) *
+                       std::numeric_limits<float>::lowest();
+  return encoder(hidden, additive_mask);
+}
+
+BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options)
+    : config_(config), options_(options) {
+  config_.validate("model config");
+  bert = register_module("bert", BertModel(config_, options_));
+  qa_outputs = register_module("qa_outputs", torch::nn::Linear(config_.hidden_size, 2));
+  init_weights();
+}
+
+void BertForQuestionAnsweringImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* linear = module->as<torch::nn::LinearImpl>()) {
+      linear->weight.normal_(0.0, config_.initializer_range);
+      linear->bias.zero_();
+    } else if (auto* embedding = module->as<torch::nn::EmbeddingImpl>()) {
+      embedding->weight.normal_(0.0, config_.initializer_range);
+      if (auto padding = embedding->options.padding_idx()) embedding->weight[*padding].zero_();
+    } else if (auto* norm = module->as<torch::nn::LayerNormImpl>()) {
+      norm->weight.fill_(1.0);
+      norm->bias.zero_();
+    }
+  }
+}
+
+QAOutput BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                                                const torch::Tensor& attention_mask, const torch::Tensor& start_positions,
+                                                const torch::Tensor& end_positions) {
+  QAOutput out;
+  Bf16AutocastGuard autocast(options_.autocast_bf16, input_ids.device().type());
+  out.sequence_output = bert(input_ids, token_type_ids, attention_mask);
+  auto logits = qa_outputs(out.sequence_output);
+  out.start_logits = logits.select(-1, 0).contiguous();
+  out.end_logits = logits.select(-1, 1).contiguous();
+  if (start_positions.defined() && end_positions.defined())
+    out.loss = question_answering_loss(out.start_logits, out.end_logits, start_positions, end_positions);
+  return out;
+}
+
+torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
+                                      const torch::Tensor& start_positions, const torch::Tensor& end_positions) {
+  const int64_t ignored = start_logits.size(1);
+  auto options = torch::nn::functional::CrossEntropyFuncOptions().ignore_index(ignored);
+  auto start_loss = torch::nn::functional::cross_entropy(start_logits.to(torch::kFloat),
+                                                         start_positions.clamp(0, ignored).to(torch::kLong), options);
+  auto end_loss = torch::nn::functional::cross_entropy(end_logits.to(torch::kFloat),
+                                                       end_positions.clamp(0, ignored).to(torch::kLong), options);
+  return (start_loss + end_loss) / 2;
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t total = 0;
+  for (const auto& parameter : module.parameters()) total += parameter.numel();
+  return total;
+}
+
+}  // namespace mpibert

@@ -1,0 +1,125 @@
+// HF model directories in and out: round trip, pretraining-style checkpoints, and errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "mpibert/checkpoint.hpp"
+#include "mpibert/error.hpp"
+#include "mpibert/io.hpp"
+#include "test_support.hpp"
+
+namespace mpibert {
+namespace {
+
+BertConfig tiny_config() {
+  BertConfig config;
+  config.hidden_size = 32;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 2;
+  config.intermediate_size = 64;
+  config.max_position_embeddings = 64;
+  return config;
+}
+
+void expect_same_parameters(BertForQuestionAnswering& a, BertForQuestionAnswering& b, bool skip_qa_outputs = false) {
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    if (skip_qa_outputs && pa[i].key().rfind("qa_outputs.", 0) == 0) continue;
+    EXPECT_TRUE(torch::equal(pa[i].value(), pb[i].value())) << pa[i].key();
+  }
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(Checkpoint, SaveThenLoadGivesIdenticalTensors) {
+  test::TempDir dir;
+  torch::manual_seed(3);
+  BertForQuestionAnswering model(tiny_config());
+  save_pretrained(model, dir.file("model"), test::vocab_path());
+  EXPECT_EQ(test::TempDir::entries_of(dir.file("model")),
+            (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"}));
+  LoadReport report;
+  BertForQuestionAnswering loaded = load_pretrained(dir.file("model"), test::vocab_path(), {}, &report);
+  expect_same_parameters(model, loaded);
+  EXPECT_TRUE(report.initialized_fresh.empty());
+  EXPECT_EQ(report.ignored, std::vector<std::string>{"bert.embeddings.position_ids"});
+  // HF's state_dict layout: parameters plus the position_ids buffer.
+  SafetensorsFile file = SafetensorsFile::open(dir.file("model/model.safetensors"));
+  EXPECT_EQ(file.tensors().size(), model->named_parameters().size() + 1);
+  EXPECT_EQ(file.get("bert.embeddings.position_ids").sizes(), (std::vector<int64_t>{1, 64}));
+}
+
+// A pretraining checkpoint as Google's converted BERT ships: no "bert." prefix on some keys, old
+// LayerNorm names, a pooler and MLM/NSP heads, no qa_outputs.
+TEST(Checkpoint, LoadsAPretrainingCheckpointAndInitializesTheQaHead) {
+  test::TempDir dir;
+  BertForQuestionAnswering source(tiny_config());
+  std::vector<NamedTensor> tensors;
+  for (const auto& item : source->named_parameters()) {
+    std::string name = item.key();
+    if (name.rfind("qa_outputs.", 0) == 0) continue;
+    if (name.rfind("bert.encoder.", 0) == 0) name = name.substr(5);  // bare BertModel keys
+    if (name.size() > 16 && name.compare(name.size() - 16, 16, "LayerNorm.weight") == 0) name.replace(name.size() - 6, 6, "gamma");
+    if (name.size() > 14 && name.compare(name.size() - 14, 14, "LayerNorm.bias") == 0) name.replace(name.size() - 4, 4, "beta");
+    tensors.push_back({name, item.value().detach().to(torch::kHalf)});  // F16 on disk
+  }
+  tensors.push_back({"bert.pooler.dense.weight", torch::zeros({32, 32})});
+  tensors.push_back({"cls.predictions.bias", torch::zeros({30522})});
+  tensors.push_back({"cls.seq_relationship.weight", torch::zeros({2, 32})});
+  std::filesystem::create_directories(dir.file("pretrained"));
+  write_safetensors(dir.file("pretrained/model.safetensors"), tensors);
+  write_file_atomic(dir.file("pretrained/config.json"), tiny_config().to_json().dump());
+
+  LoadReport report;
+  BertForQuestionAnswering loaded = load_pretrained(dir.file("pretrained"), "", {}, &report);
+  EXPECT_EQ(report.initialized_fresh, (std::vector<std::string>{"qa_outputs.bias", "qa_outputs.weight"}));
+  EXPECT_EQ(report.ignored.size(), 3u);
+  auto want = source->named_parameters(), got = loaded->named_parameters();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].key().rfind("qa_outputs.", 0) == 0) continue;
+    EXPECT_TRUE(torch::equal(want[i].value().to(torch::kHalf).to(torch::kFloat), got[i].value())) << want[i].key();
+  }
+}
+
+TEST(Checkpoint, MismatchesAreListed) {
+  test::TempDir dir;
+  BertForQuestionAnswering model(tiny_config());
+  std::vector<NamedTensor> tensors;
+  for (const auto& item : model->named_parameters()) {
+    if (item.key() == "bert.encoder.layer.1.output.dense.bias") continue;  // missing
+    torch::Tensor value = item.value().detach();
+    if (item.key() == "qa_outputs.weight") value = torch::zeros({3, 32});  // wrong shape
+    tensors.push_back({item.key(), value});
+  }
+  tensors.push_back({"bert.encoder.layer.7.output.dense.bias", torch::zeros({32})});  // unexpected
+  write_safetensors(dir.file("bad.safetensors"), tensors);
+  const std::string message = error_of([&] { load_state(model, SafetensorsFile::open(dir.file("bad.safetensors"))); });
+  EXPECT_NE(message.find(dir.file("bad.safetensors")), std::string::npos) << message;
+  EXPECT_NE(message.find("missing bert.encoder.layer.1.output.dense.bias"), std::string::npos) << message;
+  EXPECT_NE(message.find("unexpected bert.encoder.layer.7.output.dense.bias"), std::string::npos) << message;
+  EXPECT_NE(message.find("qa_outputs.weight is [3, 32], the model expects [2, 32]"), std::string::npos) << message;
+}
+
+TEST(Checkpoint, DirectoryErrors) {
+  test::TempDir dir;
+  BertForQuestionAnswering model(tiny_config());
+  save_pretrained(model, dir.file("model"), test::vocab_path());
+  test::write_text(dir.file("small-vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\n");
+  EXPECT_NE(error_of([&] { load_pretrained(dir.file("model"), dir.file("small-vocab.txt")); }).find("has 4 tokens, but"),
+            std::string::npos);
+  std::filesystem::create_directories(dir.file("torch"));
+  test::write_text(dir.file("torch/pytorch_model.bin"), "not really");
+  EXPECT_NE(error_of([&] { load_pretrained(dir.file("torch")); }).find("convert it with"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_pretrained(dir.file("nothing")); }).find("not found"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mpibert

@@ -1,0 +1,145 @@
+// Parity with HuggingFace's BertForQuestionAnswering (transformers 4.21.3, torch 1.13.1) on the
+// fixture in $MPIBERT_FIXTURES/model: logits, loss, last hidden state and every gradient.
+// Shapes come from the files, so any fixture set of the same layout works.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "mpibert/checkpoint.hpp"
+#include "mpibert/error.hpp"
+#include "mpibert/model.hpp"
+#include "mpibert/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace mpibert {
+namespace {
+
+std::string model_fixture(const std::string& name) { return test::fixtures_dir() + "/model/" + name; }
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.numel() == 0) return 0.0;
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+class ModelParity : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ModelParity, ForwardAndGradientsMatchHuggingFace) {
+  torch::manual_seed(0);
+  ModelOptions options;
+  options.fused_qkv = GetParam();
+  BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")), options);
+  LoadReport report = load_state(model, SafetensorsFile::open(model_fixture("model.safetensors")));
+  EXPECT_TRUE(report.initialized_fresh.empty());
+  model->eval();
+
+  SafetensorsFile batch = SafetensorsFile::open(model_fixture("batch.safetensors"));
+  SafetensorsFile expected = SafetensorsFile::open(model_fixture("expected.safetensors"));
+  QAOutput out = model->forward(batch.get("input_ids"), batch.get("token_type_ids"), batch.get("attention_mask"),
+                                batch.get("start_positions"), batch.get("end_positions"));
+  out.loss.backward();
+
+  const double tolerance = 1e-5;
+  double worst_output = 0;
+  for (const auto& [name, tensor] : std::vector<std::pair<std::string, torch::Tensor>>{
+           {"start_logits", out.start_logits}, {"end_logits", out.end_logits}, {"loss", out.loss},
+           {"sequence_output", out.sequence_output}}) {
+    torch::Tensor want = expected.get(name);
+    ASSERT_EQ(tensor.sizes(), want.sizes()) << name;
+    const double diff = max_abs_diff(tensor, want);
+    EXPECT_LE(diff, tolerance) << name;
+    worst_output = std::max(worst_output, diff);
+    std::cout << "  " << name << ": max |diff| " << diff << "\n";
+  }
+  double worst_gradient = 0;
+  std::string worst_name;
+  size_t compared = 0;
+  for (const auto& item : model->named_parameters()) {
+    torch::Tensor want = expected.get("grad." + item.key());
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    ASSERT_EQ(item.value().grad().sizes(), want.sizes()) << item.key();
+    const double diff = max_abs_diff(item.value().grad(), want);
+    EXPECT_LE(diff, tolerance) << "grad." << item.key();
+    if (diff > worst_gradient) {
+      worst_gradient = diff;
+      worst_name = item.key();
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, model->named_parameters().size());
+  std::cout << "  outputs: max |diff| " << worst_output << "; " << compared << " gradients: max |diff| " << worst_gradient
+            << " (" << worst_name << ")\n";
+  RecordProperty("max_output_diff", std::to_string(worst_output));
+  RecordProperty("max_gradient_diff", std::to_string(worst_gradient));
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedAndSeparateQkv, ModelParity, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "fused_qkv" : "separate_qkv"; });
+
+TEST(ModelParity, ParameterNamesAndOrderAreHuggingFaces) {
+  BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")));
+  SafetensorsFile weights = SafetensorsFile::open(model_fixture("model.safetensors"));
+  auto parameters = model->named_parameters();
+  ASSERT_EQ(parameters.size(), weights.tensors().size());
+  for (size_t i = 0; i < parameters.size(); ++i) EXPECT_EQ(parameters[i].key(), weights.tensors()[i].name);
+}
+
+TEST(ModelShape, BertBaseHasTheExactParameterCount) {
+  BertConfig base;  // HF BertConfig defaults are bert-base-uncased
+  BertForQuestionAnswering model(base);
+  EXPECT_EQ(count_parameters(*model), 108893186);
+  EXPECT_EQ(model->named_parameters().size(), 199u);
+}
+
+TEST(ModelInit, FollowsHuggingFace) {
+  BertConfig config;
+  config.hidden_size = 64;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.intermediate_size = 128;
+  torch::manual_seed(1);
+  BertForQuestionAnswering model(config);
+  auto word = model->bert->embeddings->word_embeddings->weight;
+  EXPECT_EQ(word[config.pad_token_id].abs().sum().item<double>(), 0.0);
+  EXPECT_NEAR(word.std().item<double>(), config.initializer_range, 0.001);
+  EXPECT_EQ(model->qa_outputs->bias.abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(model->bert->embeddings->LayerNorm->weight.min().item<double>(), 1.0);
+}
+
+TEST(ModelConfig, InvalidValuesAreNamed) {
+  auto expect_error = [](const std::string& json, const std::string& fragment) {
+    try {
+      BertConfig::from_json(nlohmann::json::parse(json), "config.json");
+      ADD_FAILURE() << "no error for " << json;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error(R"({"hidden_size": 100, "num_attention_heads": 12})", "not divisible by num_attention_heads 12");
+  expect_error(R"({"num_hidden_layers": 0})", "'num_hidden_layers': must be positive");
+  expect_error(R"({"hidden_act": "swish"})", "'hidden_act'");
+  expect_error(R"({"hidden_size": "768"})", "'hidden_size': has the wrong type");
+  BertConfig fixture = BertConfig::load(model_fixture("config.json"));
+  EXPECT_EQ(fixture.hidden_size, 64);
+  EXPECT_EQ(BertConfig::from_json(nlohmann::json::parse(fixture.to_json().dump()), "roundtrip").intermediate_size,
+            fixture.intermediate_size);
+}
+
+TEST(ModelAutocast, Bf16StaysCloseToFloat32) {
+  BertConfig config = BertConfig::load(model_fixture("config.json"));
+  SafetensorsFile batch = SafetensorsFile::open(model_fixture("batch.safetensors"));
+  ModelOptions bf16;
+  bf16.autocast_bf16 = true;
+  BertForQuestionAnswering reference(config), mixed(config, bf16);
+  load_state(reference, SafetensorsFile::open(model_fixture("model.safetensors")));
+  load_state(mixed, SafetensorsFile::open(model_fixture("model.safetensors")));
+  reference->eval();
+  mixed->eval();
+  auto a = reference->forward(batch.get("input_ids"), batch.get("token_type_ids"), batch.get("attention_mask"));
+  auto b = mixed->forward(batch.get("input_ids"), batch.get("token_type_ids"), batch.get("attention_mask"));
+  const double diff = max_abs_diff(a.start_logits, b.start_logits);
+  EXPECT_GT(diff, 0.0);  // bf16 really ran
+  EXPECT_LT(diff, 0.05);
+}
+
+}  // namespace
+}  // namespace mpibert
