@@ -1,0 +1,66 @@
+// The optimizer as HF Trainer configures it: torch.optim.AdamW with decoupled weight decay on
+// every parameter except biases and LayerNorm weights, a linear warmup/decay schedule, and
+// clipping by global gradient norm. The arithmetic follows torch 1.13 op for op, so a replay of
+// an HF run gives the same numbers.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace mpibert {
+
+// HF Trainer's grouping: decay unless the name contains "bias" or "LayerNorm.weight".
+bool uses_weight_decay(const std::string& parameter_name);
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;  // for parameters where uses_weight_decay() holds; the others get 0
+};
+
+class AdamW {
+ public:
+  AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters, AdamWOptions options);
+
+  // One update with learning rate `lr` (the schedule's value for this step). torch's order: decay
+  // the parameter, update the moments, then the bias-corrected step. Parameters without a
+  // gradient are skipped, as torch does.
+  void step(double lr);
+  void zero_grad();
+  int64_t steps_taken() const { return steps_taken_; }
+
+  struct Slot {
+    std::string name;
+    torch::Tensor parameter, exp_avg, exp_avg_sq;
+    double weight_decay;
+  };
+  // For checkpoints: moments by parameter name, and the step count.
+  std::vector<Slot>& slots() { return slots_; }
+  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+
+ private:
+  AdamWOptions options_;
+  std::vector<Slot> slots_;
+  int64_t steps_taken_ = 0;
+};
+
+// transformers.get_linear_schedule_with_warmup: the multiplier of the peak lr after `step`
+// completed steps rises linearly over `warmup_steps`, then falls linearly to 0 at `total_steps`.
+class LinearSchedule {
+ public:
+  LinearSchedule(double peak_lr, int64_t warmup_steps, int64_t total_steps);
+  // HF Trainer's warmup_ratio: ceil(ratio * total_steps) warmup steps.
+  static int64_t warmup_steps_for_ratio(double ratio, int64_t total_steps);
+  double lr(int64_t completed_steps) const;
+
+ private:
+  double peak_lr_;
+  int64_t warmup_steps_, total_steps_;
+};
+
+// torch.nn.utils.clip_grad_norm_ (L2): returns the pre-clip global norm (the L2 norm of the
+// per-parameter norms, in the given order) and always scales gradients by min(1, max/(norm+1e-6)).
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+
+}  // namespace mpibert

@@ -1,0 +1,71 @@
+#include "mpibert/optim.hpp"
+
+#include <cmath>
+
+namespace mpibert {
+
+bool uses_weight_decay(const std::string& name) {
+  return name.find("bias") == std::string::npos && name.find("LayerNorm.weight") == std::string::npos;
+}
+
+AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters, AdamWOptions options)
+    : options_(options) {
+  for (const auto& [name, parameter] : named_parameters)
+    slots_.push_back({name, parameter, torch::zeros_like(parameter, torch::MemoryFormat::Preserve),
+                      torch::zeros_like(parameter, torch::MemoryFormat::Preserve),
+                      uses_weight_decay(name) ? options.weight_decay : 0.0});
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++steps_taken_;
+  // Python scalars in torch are doubles; computing them here in double gives the same kernels the
+  // same arguments.
+  const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_taken_));
+  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, static_cast<double>(steps_taken_)));
+  const double step_size = lr / bias_correction1;
+  for (Slot& slot : slots_) {
+    const torch::Tensor& grad = slot.parameter.grad();
+    if (!grad.defined()) continue;
+    slot.parameter.mul_(1.0 - lr * slot.weight_decay);
+    slot.exp_avg.mul_(options_.beta1).add_(grad, 1.0 - options_.beta1);
+    slot.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
+    const torch::Tensor denominator = (slot.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
+    slot.parameter.addcdiv_(slot.exp_avg, denominator, -step_size);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (Slot& slot : slots_)
+    if (slot.parameter.grad().defined()) slot.parameter.mutable_grad().zero_();
+}
+
+LinearSchedule::LinearSchedule(double peak_lr, int64_t warmup_steps, int64_t total_steps)
+    : peak_lr_(peak_lr), warmup_steps_(warmup_steps), total_steps_(total_steps) {}
+
+int64_t LinearSchedule::warmup_steps_for_ratio(double ratio, int64_t total_steps) {
+  return static_cast<int64_t>(std::ceil(ratio * static_cast<double>(total_steps)));
+}
+
+double LinearSchedule::lr(int64_t completed_steps) const {
+  const auto step = static_cast<double>(completed_steps);
+  if (completed_steps < warmup_steps_) return peak_lr_ * (step / static_cast<double>(std::max<int64_t>(1, warmup_steps_)));
+  return peak_lr_ * std::max(0.0, static_cast<double>(total_steps_ - completed_steps) /
+                                      static_cast<double>(std::max<int64_t>(1, total_steps_ - warmup_steps_)));
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& parameter : parameters)
+    if (parameter.grad().defined()) grads.push_back(parameter.grad());
+  if (grads.empty()) return torch::zeros({});
+  for (const auto& grad : grads) norms.push_back(torch::norm(grad, 2));
+  torch::Tensor total_norm = torch::norm(torch::stack(norms), 2);
+  // Python's `max_norm / tensor` is reciprocal() * max_norm; C++'s scalar / tensor divides.
+  torch::Tensor clip_coef = torch::clamp((total_norm + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
+  for (auto& grad : grads) grad.mul_(clip_coef);
+  return total_norm;
+}
+
+}  // namespace mpibert
