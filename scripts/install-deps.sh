@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-dev libcli11-dev libspdlog-dev libgtest-dev
   nlohmann-json3-dev libutf8proc-dev zlib1g-dev
+  libprotobuf-dev protobuf-compiler
 )
 
 missing=()
