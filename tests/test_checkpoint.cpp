@@ -57,6 +57,25 @@ TEST(Checkpoint, SaveThenLoadGivesIdenticalTensors) {
   EXPECT_EQ(file.get("bert.embeddings.position_ids").sizes(), (std::vector<int64_t>{1, 64}));
 }
 
+// HF's from_pretrained warns about missing or unexpected keys; the written keys must be exactly
+// HF's state_dict: the fixture's parameter names (made by HF) plus the position_ids buffer.
+TEST(Checkpoint, SavedKeysAreHuggingFacesStateDict) {
+  test::TempDir dir;
+  const std::string fixture = test::fixtures_dir() + "/model/";
+  BertForQuestionAnswering model(BertConfig::load(fixture + "config.json"));
+  save_pretrained(model, dir.file("model"), test::vocab_path());
+  std::vector<std::string> written, expected;
+  const SafetensorsFile saved = SafetensorsFile::open(dir.file("model/model.safetensors"));
+  const SafetensorsFile reference = SafetensorsFile::open(fixture + "model.safetensors");
+  for (const auto& entry : saved.tensors()) written.push_back(entry.name);
+  for (const auto& entry : reference.tensors()) expected.push_back(entry.name);
+  expected.insert(expected.begin() + 5, "bert.embeddings.position_ids");  // after embeddings.LayerNorm.bias
+  EXPECT_EQ(written, expected);
+  const auto config = nlohmann::json::parse(read_file(dir.file("model/config.json")));
+  EXPECT_EQ(config["architectures"][0], "BertForQuestionAnswering");
+  EXPECT_EQ(config["model_type"], "bert");
+}
+
 // A pretraining checkpoint as Google's converted BERT ships: no "bert." prefix on some keys, old
 // LayerNorm names, a pooler and MLM/NSP heads, no qa_outputs.
 TEST(Checkpoint, LoadsAPretrainingCheckpointAndInitializesTheQaHead) {
