@@ -1,9 +1,10 @@
-// mpibert: the user-facing binary. Subcommands grow with the project (tokenize now; train later).
+// mpibert: the user-facing binary. Subcommands grow with the project (tokenize, score; train later).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "mpibert/cli.hpp"
 #include "mpibert/error.hpp"
+#include "mpibert/squad_metrics.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"mpibert: distributed BERT fine-tuning for SQuAD"};
@@ -15,6 +16,15 @@ int main(int argc, char** argv) {
   tokenize->add_option("--vocab", vocab_path, "vocab.txt")->required();
   tokenize->add_option("--max-word-chars", max_word_chars, "longer words become [UNK] (HF 100, Google 200)")
       ->capture_default_str();
+
+  std::string dataset, predictions, na_prob_file, out_file;
+  double na_prob_thresh = 1.0;
+  auto* score = app.add_subcommand("score", "score SQuAD predictions exactly as the official evaluate-v1.1.py / evaluate-v2.0.py");
+  score->add_option("--dataset", dataset, "SQuAD dataset (.json or .json.gz)")->required();
+  score->add_option("--predictions", predictions, "JSON object {question id: answer}")->required();
+  score->add_option("--na-prob-file", na_prob_file, "v2.0: JSON object {question id: no-answer probability}");
+  score->add_option("--na-prob-thresh", na_prob_thresh, "v2.0: predict no answer above this")->capture_default_str();
+  score->add_option("--out-file", out_file, "write the JSON here instead of stdout");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -23,6 +33,8 @@ int main(int argc, char** argv) {
       std::ios::sync_with_stdio(false);
       return mpibert::tokenize_lines(tokenizer, std::cin, std::cout, std::cerr);
     }
+    if (score->parsed())
+      return mpibert::score_command(dataset, predictions, na_prob_file, na_prob_thresh, out_file, std::cout, std::cerr);
   } catch (const std::exception& e) {
     std::cerr << "mpibert: " << e.what() << std::endl;
     return 1;
