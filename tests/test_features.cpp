@@ -4,6 +4,7 @@
 
 #include "mpibert/error.hpp"
 #include "mpibert/features.hpp"
+#include "mpibert/squad_metrics.hpp"
 #include "mpibert/utf8.hpp"
 #include "test_support.hpp"
 
@@ -142,8 +143,8 @@ TEST(AnswerRoundTrip, DevSetLabelsRecoverTheAnswers) {
       ASSERT_GE(begin, 0);
       ASSERT_LE(begin, end);
       ++labelled;
-      recovered += test::squad_normalize(utf8::substr(context, static_cast<size_t>(begin), static_cast<size_t>(end))) ==
-                   test::squad_normalize(example.answers[0].text);
+      recovered += squad_normalize_answer(utf8::substr(context, static_cast<size_t>(begin), static_cast<size_t>(end))) ==
+                   squad_normalize_answer(example.answers[0].text);
     }
     token_start += table.lengths[f];
   }

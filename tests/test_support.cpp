@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -90,20 +89,6 @@ std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string squad_normalize(const std::string& text) {
-  // Python's string.punctuation is ASCII only, as in the official script.
-  std::string no_punctuation;
-  for (char c : text)
-    if (!std::ispunct(static_cast<unsigned char>(c))) no_punctuation += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::istringstream words(no_punctuation);
-  std::string word, out;
-  while (words >> word) {
-    if (word == "a" || word == "an" || word == "the") continue;
-    out += (out.empty() ? "" : " ") + word;
-  }
-  return out;
 }
 
 }  // namespace mpibert::test

@@ -45,7 +45,4 @@ void write_text(const std::string& path, const std::string& text);
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
 std::string read_bytes(const std::string& path);                // as stored, never inflated
 
-// The official SQuAD evaluation's normalize_answer: lower, drop punctuation and articles, squeeze spaces.
-std::string squad_normalize(const std::string& text);
-
 }  // namespace mpibert::test
