@@ -396,6 +396,12 @@ Shard read_shard(const std::string& path) {
   return shard;
 }
 
+std::string hdf5_library_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
 std::string shard_file_name(int32_t shard_index, int32_t num_shards) {
   char name[64];
   std::snprintf(name, sizeof name, "shard-%05d-of-%05d.h5", shard_index, num_shards);

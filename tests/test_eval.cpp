@@ -13,33 +13,8 @@
 namespace mpibert {
 namespace {
 
-// Shards of the first `count` questions of a bundled dev set, written without MPI.
 FeatureStore prepare(const test::TempDir& dir, const std::string& input, int64_t count) {
-  SquadDataset data = read_squad(input);
-  WordPieceTokenizer tokenizer(Vocab::load(test::vocab_path()));
-  Shard shard;
-  shard.header.split = "eval";
-  shard.header.num_examples = count;
-  shard.features = make_features(data, 0, count, tokenizer, shard.header.params);
-  shard.header.num_features = static_cast<int64_t>(shard.features.num_features());
-  for (int64_t e = 0; e < count; ++e) {
-    const Example& example = data.examples[static_cast<size_t>(e)];
-    nlohmann::json answers = nlohmann::json::array();
-    for (const Answer& answer : example.answers) answers.push_back({{"text", answer.text}, {"answer_start", answer.start}});
-    shard.examples.ids.push_back(example.id);
-    shard.examples.questions.push_back(example.question);
-    shard.examples.context_indices.push_back(static_cast<int32_t>(shard.examples.contexts.size()));
-    shard.examples.contexts.push_back(data.contexts[static_cast<size_t>(example.context_index)]);
-    shard.examples.answers_json.push_back(answers.dump());
-    shard.examples.is_impossible.push_back(example.is_impossible);
-  }
-  write_shard(dir.file(shard_file_name(0, 1)), shard);
-  Manifest manifest;
-  manifest.split = "eval";
-  manifest.num_examples = count;
-  manifest.num_features = shard.header.num_features;
-  manifest.shards.push_back({shard_file_name(0, 1), 0, count, shard.header.num_features});
-  write_file_atomic(dir.file(kManifestName), manifest_to_json(manifest));
+  test::prepare_shards(dir.path(), input, 0, count);
   return FeatureStore::open(dir.path());
 }
 

@@ -12,7 +12,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "mpibert/io.hpp"
+#include "mpibert/shards.hpp"
 
 namespace fs = std::filesystem;
 
@@ -69,6 +72,44 @@ CommandResult run_command(const std::string& command_line) {
   while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
   int status = ::pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+}
+
+void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count, const std::string& split) {
+  const SquadDataset all = read_squad(input);
+  SquadDataset data;
+  data.path = input;
+  for (int64_t e = first; e < first + count; ++e) {
+    Example example = all.examples[static_cast<size_t>(e)];
+    if (data.contexts.empty() || data.contexts.back() != all.contexts[static_cast<size_t>(example.context_index)])
+      data.contexts.push_back(all.contexts[static_cast<size_t>(example.context_index)]);
+    example.context_index = static_cast<int32_t>(data.contexts.size() - 1);
+    data.examples.push_back(std::move(example));
+  }
+  WordPieceTokenizer tokenizer(Vocab::load(vocab_path()));
+  Shard shard;
+  shard.header.split = split;
+  shard.header.num_examples = count;
+  shard.features = make_features(data, 0, count, tokenizer, shard.header.params);
+  shard.header.num_features = static_cast<int64_t>(shard.features.num_features());
+  for (const Example& example : data.examples) {
+    nlohmann::json answers = nlohmann::json::array();
+    for (const Answer& answer : example.answers) answers.push_back({{"text", answer.text}, {"answer_start", answer.start}});
+    shard.examples.ids.push_back(example.id);
+    shard.examples.questions.push_back(example.question);
+    shard.examples.context_indices.push_back(example.context_index);
+    shard.examples.answers_json.push_back(answers.dump());
+    shard.examples.is_impossible.push_back(example.is_impossible);
+  }
+  shard.examples.contexts = data.contexts;
+  fs::create_directories(dir);
+  write_shard(dir + "/" + shard_file_name(0, 1), shard);
+  Manifest manifest;
+  manifest.split = split;
+  manifest.num_examples = count;
+  manifest.num_features = shard.header.num_features;
+  manifest.vocab_size = static_cast<int64_t>(tokenizer.vocab().size());
+  manifest.shards.push_back({shard_file_name(0, 1), 0, count, shard.header.num_features});
+  write_file_atomic(dir + "/" + kManifestName, manifest_to_json(manifest));
 }
 
 void write_text(const std::string& path, const std::string& text) {

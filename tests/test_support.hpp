@@ -42,6 +42,11 @@ struct CommandResult {
 CommandResult run_command(const std::string& command_line);
 
 void write_text(const std::string& path, const std::string& text);
+
+// Shards (one shard + manifest, no MPI) of questions [first, first + count) of a SQuAD file,
+// renumbered from 0, with default feature parameters.
+void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count,
+                    const std::string& split = "eval");
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
 std::string read_bytes(const std::string& path);                // as stored, never inflated
 

@@ -2,8 +2,13 @@
 #pragma once
 
 #include <iosfwd>
+#include <memory>
 
 #include "mpibert/tokenizer.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace mpibert {
 
@@ -11,5 +16,19 @@ namespace mpibert {
 // alone (no special tokens); offsets are [begin, end) code points. Returns the exit status:
 // a line that is not UTF-8 is reported on `err` with its line number and gives 1.
 int tokenize_lines(const WordPieceTokenizer& tokenizer, std::istream& in, std::ostream& out, std::ostream& err);
+
+// `mpibert train`: every option on the command line or in a CLI11 config file (--config FILE);
+// the resolved configuration is written into the run directory as train_config.toml.
+class TrainCommand {
+ public:
+  explicit TrainCommand(CLI::App& app);  // registers the subcommand and its options
+  ~TrainCommand();
+  bool parsed() const;
+  int run();  // exit status
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace mpibert

@@ -46,6 +46,9 @@ void write_shard(const std::string& path, const Shard& shard);
 Shard read_shard(const std::string& path);
 ShardHeader read_shard_header(const std::string& path);
 
+// "1.10.8": the HDF5 library this build uses (for run records).
+std::string hdf5_library_version();
+
 // shard-00001-of-00004.h5
 std::string shard_file_name(int32_t shard_index, int32_t num_shards);
 

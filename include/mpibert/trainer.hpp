@@ -1,0 +1,62 @@
+// The training loop, readable top to bottom: batches from shards (dynamic padding), forward,
+// backward, [gradient synchronization across ranks: the ddp module plugs in here], clipping,
+// AdamW with the linear schedule; progress lines, TensorBoard scalars, checkpoints that resume
+// exactly, and evaluation with HF post-processing and the official metrics at the end.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mpibert/batching.hpp"
+#include "mpibert/eval.hpp"
+#include "mpibert/model.hpp"
+
+namespace mpibert {
+
+struct TrainOptions {
+  std::string train_dir, eval_dir;  // prepared shard directories (mpibert-prep)
+  std::string output_dir;           // the run directory
+  std::string model_dir;            // HF model directory to start from; empty: random init
+  std::string model_config;         // config.json for random init (when model_dir is empty)
+  std::string vocab;                // vocab.txt, copied into checkpoints
+  std::string resume;               // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
+
+  double epochs = 2;
+  int64_t batch_size = 24;          // per rank, per micro-batch
+  int64_t gradient_accumulation = 1;
+  double learning_rate = 3e-5, weight_decay = 0.01;
+  int64_t warmup_steps = 0;
+  double warmup_ratio = 0.0;        // used when warmup_steps is 0
+  double max_grad_norm = 1.0;
+  uint64_t seed = 42;
+  Padding padding = Padding::kDynamic;
+  int64_t stop_after_steps = 0;     // stop (with a checkpoint) after this many steps; the schedule is unchanged
+  int64_t logging_steps = 10, save_steps = 0, save_total_limit = 2;
+  int64_t eval_batch_size = 64;
+  PostprocessOptions postprocess;
+  ModelOptions model;
+};
+
+// Hooks for the data-parallel layer: the trainer itself is single-process.
+struct TrainHooks {
+  std::function<void(std::vector<torch::Tensor>&)> synchronize_gradients;  // between backward and clipping
+};
+
+struct EvalResult {
+  nlohmann::ordered_json metrics;  // the official scorer's keys
+  double loss = 0;
+  int64_t samples = 0;
+  double seconds = 0;
+};
+
+// Runs training (and evaluation when eval_dir is set); writes the run directory and returns
+// results.json's content.
+nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hooks = {});
+
+EvalResult evaluate(BertForQuestionAnswering& model, const std::string& eval_dir, const std::string& predictions_dir,
+                    int64_t batch_size, const PostprocessOptions& postprocess);
+
+}  // namespace mpibert

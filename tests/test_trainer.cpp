@@ -1,0 +1,136 @@
+// The training loop end to end on a tiny model: results and files a user reads, and a resumed run
+// that ends bit for bit where an uninterrupted one does.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "mpibert/error.hpp"
+#include "mpibert/io.hpp"
+#include "mpibert/safetensors.hpp"
+#include "mpibert/tensorboard.hpp"
+#include "mpibert/trainer.hpp"
+#include "test_support.hpp"
+
+namespace mpibert {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Trainer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new test::TempDir();
+    test::prepare_shards(data_->file("train"), test::squad_v1_path(), 0, 40, "train");
+    test::prepare_shards(data_->file("eval"), test::squad_v1_path(), 40, 16, "eval");
+    // The fixture's tiny BERT, with dropout on so that resuming must restore the RNG.
+    auto config = nlohmann::json::parse(read_file(test::fixtures_dir() + "/model/config.json"));
+    config["hidden_dropout_prob"] = 0.1;
+    config["attention_probs_dropout_prob"] = 0.1;
+    test::write_text(data_->file("config.json"), config.dump());
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  TrainOptions options(const std::string& output_dir) const {
+    TrainOptions o;
+    o.train_dir = data_->file("train");
+    o.eval_dir = data_->file("eval");
+    o.output_dir = output_dir;
+    o.model_config = data_->file("config.json");
+    o.vocab = test::vocab_path();
+    o.epochs = 2;
+    o.batch_size = 8;
+    o.learning_rate = 1e-3;
+    o.warmup_ratio = 0.2;
+    o.logging_steps = 0;
+    return o;
+  }
+
+  static test::TempDir* data_;
+};
+test::TempDir* Trainer::data_ = nullptr;
+
+TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.save_steps = 3;
+  o.save_total_limit = 2;
+  nlohmann::ordered_json results = train(o);
+  for (const char* key : {"train_runtime", "train_samples", "train_samples_per_second", "train_steps_per_second", "train_loss",
+                          "epoch", "eval_exact_match", "eval_f1", "eval_loss", "eval_runtime", "eval_samples",
+                          "eval_samples_per_second", "phase_seconds", "environment", "parameters"})
+    EXPECT_TRUE(results.contains(key)) << key;
+  EXPECT_EQ(results["epoch"], 2.0);
+  const int64_t steps = results["global_step"];
+  EXPECT_EQ(results, nlohmann::ordered_json::parse(read_file(run.file("results.json"))));
+  EXPECT_TRUE(fs::exists(run.file("predictions.json")));
+  EXPECT_TRUE(fs::exists(run.file("nbest_predictions.json")));
+  // Every 3 steps plus the end, only the last 2 kept; each an HF directory plus the trainer state.
+  std::vector<std::string> checkpoints;
+  for (const auto& name : run.entries())
+    if (name.rfind("checkpoint-", 0) == 0) checkpoints.push_back(name);
+  ASSERT_EQ(checkpoints.size(), 2u);
+  EXPECT_EQ(test::TempDir::entries_of(run.file("checkpoint-" + std::to_string(steps))),
+            (std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors", "tokenizer_config.json",
+                                      "trainer_state.json", "vocab.txt"}));
+  const std::string events = run.file("tensorboard/" + test::TempDir::entries_of(run.file("tensorboard")).front());
+  std::map<std::string, int> counts;
+  for (const auto& scalar : read_tensorboard_scalars(events)) ++counts[scalar.tag];
+  EXPECT_EQ(counts["train/loss"], steps);
+  EXPECT_EQ(counts["train/learning_rate"], steps);
+  EXPECT_EQ(counts["eval/f1"], 1);
+  EXPECT_EQ(counts["eval/exact_match"], 1);
+}
+
+TEST_F(Trainer, ResumedRunEndsBitForBitWhereAnUninterruptedOneDoes) {
+  test::TempDir straight, interrupted;
+  TrainOptions o = options(straight.path());
+  o.eval_dir.clear();
+  const nlohmann::ordered_json full = train(o);
+
+  TrainOptions first = options(interrupted.path());
+  first.eval_dir.clear();
+  first.stop_after_steps = 4;  // mid-epoch: 40 questions give 6 batches of 8 per epoch
+  const nlohmann::ordered_json stopped = train(first);
+  EXPECT_EQ(stopped["stopped_early"], true);
+  EXPECT_EQ(stopped["global_step"], 4);
+  TrainOptions second = first;
+  second.stop_after_steps = 0;
+  second.resume = "auto";
+  const nlohmann::ordered_json resumed = train(second);
+  EXPECT_EQ(resumed["global_step"], full["global_step"]);
+  EXPECT_EQ(resumed["resumed_from_step"], 4);
+
+  const std::string name = "checkpoint-" + std::to_string(full["global_step"].get<int64_t>());
+  SafetensorsFile a = SafetensorsFile::open(straight.file(name + "/model.safetensors"));
+  SafetensorsFile b = SafetensorsFile::open(interrupted.file(name + "/model.safetensors"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i)
+    EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
+  // The loss history is continuous too.
+  EXPECT_EQ(nlohmann::json::parse(read_file(straight.file(name + "/trainer_state.json")))["loss_history"],
+            nlohmann::json::parse(read_file(interrupted.file(name + "/trainer_state.json")))["loss_history"]);
+}
+
+TEST_F(Trainer, RefusesACheckpointOfAnotherShape) {
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.eval_dir.clear();
+  o.stop_after_steps = 1;
+  train(o);
+  auto config = nlohmann::json::parse(read_file(data_->file("config.json")));
+  config["intermediate_size"] = 64;
+  test::write_text(run.file("other.json"), config.dump());
+  o.model_config = run.file("other.json");
+  o.resume = "auto";
+  try {
+    train(o);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint of another model shape: intermediate_size 128 (this run: 64)"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mpibert
