@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "mpibert/comm.hpp"
+#include "mpibert/error.hpp"
 #include "mpibert/logging.hpp"
 #include "mpibert/prep.hpp"
 
@@ -27,7 +28,25 @@ int main(int argc, char** argv) {
   app.add_flag("--log-all-ranks", log_all_ranks, "log info lines from every rank, not only rank 0");
   auto* inspect = app.add_subcommand("inspect", "print JSON statistics of a prepared directory");
   inspect->add_option("dir", inspect_dir)->required();
+  std::string split_input, split_output, article_range;
+  auto* split = app.add_subcommand("split", "write some articles of a SQuAD file as a new one (split a dev set by article)");
+  split->add_option("input", split_input, "SQuAD JSON, plain or .gz")->required();
+  split->add_option("--articles", article_range, "BEGIN:END, end exclusive; negative counts from the end (e.g. 0:-8)")->required();
+  split->add_option("--out", split_output, "output JSON file")->required();
   CLI11_PARSE(app, argc, argv);
+
+  if (split->parsed()) {
+    try {
+      const size_t colon = article_range.find(':');
+      if (colon == std::string::npos) throw mpibert::InputError("--articles: expected BEGIN:END, got " + article_range);
+      mpibert::write_article_subset(split_input, std::stoll(article_range.substr(0, colon)),
+                                    std::stoll(article_range.substr(colon + 1)), split_output);
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "mpibert-prep split: " << e.what() << std::endl;
+      return 1;
+    }
+  }
 
   if (inspect->parsed()) {
     try {

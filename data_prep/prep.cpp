@@ -233,6 +233,21 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
   return 0;
 }
 
+void write_article_subset(const std::string& input, int64_t begin, int64_t end, const std::string& output) {
+  const std::string text = read_file(input);
+  const SquadDataset data = parse_squad(input, text);  // reports bad input with its record
+  const auto count = static_cast<int64_t>(data.articles.size());
+  if (begin < 0) begin += count;
+  if (end < 0) end += count;
+  if (begin < 0 || end > count || begin >= end)
+    throw InputError(describe(input, "", "--articles " + std::to_string(begin) + ":" + std::to_string(end) +
+                                             " is not a non-empty range of its " + std::to_string(count) + " articles"));
+  nlohmann::ordered_json root = nlohmann::ordered_json::parse(text);
+  auto& articles = root["data"];
+  articles = nlohmann::ordered_json(articles.begin() + begin, articles.begin() + end);
+  write_file_atomic(output, root.dump() + "\n");
+}
+
 nlohmann::ordered_json inspect_shards(const std::string& dir) {
   FeatureStore store = FeatureStore::open(dir);
   const Manifest& manifest = store.manifest();

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "mpibert/io.hpp"
+#include "mpibert/squad.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -100,6 +101,23 @@ TEST_F(PrepCli, FewerRanksReplaceTheShardsOfAnEarlierRun) {
   auto names = files_under(out());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"manifest.json", "shard-00000-of-00001.h5"}));
+}
+
+TEST_F(PrepCli, SplitsADatasetByArticle) {
+  const std::string split = test::bin_dir() + "/mpibert-prep split '" + test::squad_v1_path() + "' ";
+  ASSERT_EQ(test::run_command(split + "--articles 0:-8 --out " + dir.file("train.json")).exit_status, 0);
+  ASSERT_EQ(test::run_command(split + "--articles -8:48 --out " + dir.file("eval.json")).exit_status, 0);
+  SquadDataset all = read_squad(test::squad_v1_path()), train = read_squad(dir.file("train.json")),
+               eval = read_squad(dir.file("eval.json"));
+  EXPECT_EQ(train.articles.size(), 40u);
+  EXPECT_EQ(eval.articles.size(), 8u);
+  EXPECT_EQ(train.examples.size() + eval.examples.size(), all.examples.size());
+  EXPECT_EQ(eval.examples.back().id, all.examples.back().id);
+  EXPECT_EQ(eval.version, all.version);
+  test::CommandResult bad = test::run_command(split + "--articles 40:60 --out " + dir.file("bad.json"));
+  EXPECT_EQ(bad.exit_status, 1);
+  EXPECT_NE(bad.output.find("not a non-empty range of its 48 articles"), std::string::npos) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("bad.json")));
 }
 
 TEST_F(PrepCli, NotJson) { expect_failure("<html>oops</html>", {dir.file("input.json"), "line 1, column 1", "not valid JSON"}); }

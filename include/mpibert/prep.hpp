@@ -29,6 +29,10 @@ std::vector<std::pair<int64_t, int64_t>> partition_articles(const std::vector<Ar
 // succeeded; rank 0 writes the manifest last. On failure no file is left under a final name.
 int run_prep(const PrepOptions& options, int rank, int world_size);
 
+// Writes the articles [begin, end) of a SQuAD file (validated first) as a new SQuAD JSON file:
+// how a dev set is split by article into train and eval parts. Negative bounds count from the end.
+void write_article_subset(const std::string& input, int64_t begin, int64_t end, const std::string& output);
+
 // Statistics of a prepared directory, as printed by `mpibert-prep inspect DIR`.
 nlohmann::ordered_json inspect_shards(const std::string& dir);
 

@@ -27,7 +27,7 @@ struct TrainOptions {
   double epochs = 2;
   int64_t batch_size = 24;          // per rank, per micro-batch
   int64_t gradient_accumulation = 1;
-  double learning_rate = 3e-5, weight_decay = 0.01;
+  double learning_rate = 3e-5, weight_decay = 0.0;  // HF Trainer's default decay is 0
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;        // used when warmup_steps is 0
   double max_grad_norm = 1.0;

@@ -20,7 +20,10 @@ struct TrainCommand::Impl {
 TrainCommand::TrainCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   auto& o = impl_->options;
   CLI::App* c = impl_->command = app.add_subcommand("train", "fine-tune BERT for SQuAD on prepared shards");
-  c->set_config("--config", "", "read options from this file (CLI11 TOML/INI)");
+  // CLI11 reads config files on the top-level app only: --config belongs to it, and falls through
+  // from `train` so that `mpibert train --config FILE` works; the file's [train] section applies.
+  app.set_config("--config", "", "read options from this file (TOML: options of `train` under [train])");
+  c->fallthrough();
   c->add_option("--train-shards", o.train_dir, "directory prepared by mpibert-prep --split train")->required();
   c->add_option("--eval-shards", o.eval_dir, "directory prepared by mpibert-prep --split eval");
   c->add_option("--output-dir", o.output_dir, "run directory")->required();
@@ -67,7 +70,7 @@ int TrainCommand::run() {
   options.padding = impl_->padding == "full" ? Padding::kFull : Padding::kDynamic;
   if (impl_->threads > 0) torch::set_num_threads(impl_->threads);
   std::filesystem::create_directories(options.output_dir);
-  write_file_atomic(options.output_dir + "/train_config.toml", impl_->command->config_to_str(true, true));
+  write_file_atomic(options.output_dir + "/train_config.toml", "[train]\n" + impl_->command->config_to_str(true, true));
   nlohmann::ordered_json results = train(options);
   std::cout << "results: " << options.output_dir << "/results.json\n";
   for (const char* key : {"eval_exact_match", "eval_exact", "eval_f1"})
