@@ -13,9 +13,8 @@
 #include "mpibert/error.hpp"
 
 namespace mpibert {
-namespace {
 
-std::string read_raw(const std::string& path) {
+std::string read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(describe(path, "", std::string("cannot open: ") + std::strerror(errno)));
   std::ostringstream buffer;
@@ -23,6 +22,8 @@ std::string read_raw(const std::string& path) {
   if (in.bad()) throw InputError(describe(path, "", "read failed"));
   return buffer.str();
 }
+
+namespace {
 
 // Inflates every gzip member in `compressed`; a stream that ends early is an error.
 std::string gunzip(const std::string& path, const std::string& compressed) {
@@ -65,13 +66,13 @@ std::string gunzip(const std::string& path, const std::string& compressed) {
 }  // namespace
 
 std::string read_file(const std::string& path) {
-  std::string bytes = read_raw(path);
+  std::string bytes = read_file_bytes(path);
   bool is_gzip = bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
                  static_cast<unsigned char>(bytes[1]) == 0x8b;
   return is_gzip ? gunzip(path, bytes) : bytes;
 }
 
-std::string sha256_file(const std::string& path) { return sha256_hex(read_raw(path)); }
+std::string sha256_file(const std::string& path) { return sha256_hex(read_file_bytes(path)); }
 
 std::string temporary_path_for(const std::string& final_path) {
   return final_path + ".tmp." + std::to_string(::getpid());

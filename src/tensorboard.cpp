@@ -9,10 +9,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "mpibert/error.hpp"
+#include "mpibert/io.hpp"
 #include "tensorboard_event.pb.h"
 
 namespace mpibert {
@@ -53,15 +52,6 @@ std::string serialize(const tensorboard::Event& event) {
   std::string data;
   if (!event.SerializeToString(&data)) throw std::logic_error("tensorboard: cannot serialize an Event");
   return data;
-}
-
-std::string read_raw(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(describe(path, "", std::string("cannot open: ") + std::strerror(errno)));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw InputError(describe(path, "", "read failed"));
-  return buffer.str();
 }
 
 }  // namespace
@@ -144,7 +134,7 @@ void TensorBoardWriter::write_record(const std::string& data) {
 }
 
 std::vector<ScalarEvent> read_tensorboard_scalars(const std::string& path, std::string* file_version) {
-  const std::string bytes = read_raw(path);
+  const std::string bytes = read_file_bytes(path);
   std::vector<ScalarEvent> scalars;
   size_t offset = 0;
   for (size_t index = 0; offset < bytes.size(); ++index) {

@@ -123,7 +123,7 @@ TEST_F(PrepCli, SplitsADatasetByArticle) {
 TEST_F(PrepCli, NotJson) { expect_failure("<html>oops</html>", {dir.file("input.json"), "line 1, column 1", "not valid JSON"}); }
 
 TEST_F(PrepCli, TruncatedGzip) {
-  const std::string gz = test::read_bytes(test::squad_v1_path());
+  const std::string gz = read_file_bytes(test::squad_v1_path());
   expect_failure(gz.substr(0, gz.size() - 1000), {"input.json.gz", "gzip stream is truncated"}, test::vocab_path(), "input.json.gz");
 }
 

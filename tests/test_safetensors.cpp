@@ -56,7 +56,7 @@ void expect_write_error(const std::vector<NamedTensor>& tensors, const std::stri
 }
 
 bool is_mapped(const std::string& path) {
-  return test::read_bytes("/proc/self/maps").find(path) != std::string::npos;
+  return read_file_bytes("/proc/self/maps").find(path) != std::string::npos;
 }
 
 void expect_same(const torch::Tensor& actual, const torch::Tensor& expected) {
@@ -141,7 +141,7 @@ TEST(Safetensors, RoundTripsMetadataAndOmitsItWhenEmpty) {
 
   write_safetensors(dir.file("plain.safetensors"), {{"x", torch::ones({2})}});
   EXPECT_TRUE(SafetensorsFile::open(dir.file("plain.safetensors")).metadata().empty());
-  EXPECT_EQ(test::read_bytes(dir.file("plain.safetensors")).find("__metadata__"), std::string::npos);
+  EXPECT_EQ(read_file_bytes(dir.file("plain.safetensors")).find("__metadata__"), std::string::npos);
 }
 
 TEST(Safetensors, LayoutIsPaddedHeaderThenDataInGivenOrder) {
@@ -149,7 +149,7 @@ TEST(Safetensors, LayoutIsPaddedHeaderThenDataInGivenOrder) {
   const torch::Tensor a = torch::tensor({1.5, -2.0}, torch::kDouble);
   test::TempDir dir;
   write_safetensors(dir.file("layout.safetensors"), {{"b", b}, {"a", a}}, {{"k", "v"}});
-  const std::string bytes = test::read_bytes(dir.file("layout.safetensors"));
+  const std::string bytes = read_file_bytes(dir.file("layout.safetensors"));
 
   uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), 8);
@@ -228,7 +228,7 @@ TEST(Safetensors, FindAndGetReportMissingTensors) {
 
 TEST(SafetensorsFixtures, ModelHasHfNamesAndFloat32Weights) {
   const std::string dir = test::fixtures_dir() + "/model";
-  const auto config = nlohmann::json::parse(test::read_bytes(dir + "/config.json"));
+  const auto config = nlohmann::json::parse(read_file_bytes(dir + "/config.json"));
   const int64_t hidden = config.at("hidden_size").get<int64_t>();
   const SafetensorsFile model = SafetensorsFile::open(dir + "/model.safetensors");
   EXPECT_EQ(model.tensors().size(), 39u);

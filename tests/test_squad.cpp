@@ -99,7 +99,7 @@ TEST(SquadErrors, ImpossibleWithAnswers) {
 
 TEST(SquadErrors, TruncatedGzipNamesTheFile) {
   test::TempDir dir;
-  std::string compressed = test::read_bytes(test::squad_v1_path());
+  std::string compressed = read_file_bytes(test::squad_v1_path());
   test::write_text(dir.file("cut.json.gz"), compressed.substr(0, compressed.size() / 2));
   try {
     read_squad(dir.file("cut.json.gz"));

@@ -151,6 +151,7 @@ struct V2Case {
   std::string mix;
   bool with_na_prob;
 };
+void PrintTo(const V2Case& c, std::ostream* out) { *out << c.mix << (c.with_na_prob ? " with na_prob" : " without na_prob"); }
 
 class SquadV2Fixture : public ::testing::TestWithParam<V2Case> {};
 

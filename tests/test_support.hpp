@@ -48,6 +48,5 @@ void write_text(const std::string& path, const std::string& text);
 void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count,
                     const std::string& split = "eval");
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
-std::string read_bytes(const std::string& path);                // as stored, never inflated
 
 }  // namespace mpibert::test

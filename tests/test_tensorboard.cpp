@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "mpibert/error.hpp"
+#include "mpibert/io.hpp"
 #include "mpibert/tensorboard.hpp"
 #include "test_support.hpp"
 
@@ -175,7 +176,7 @@ TEST(TensorBoardWriter, BytesAreTensorFlowEventsDecodedByHand) {
   test::TempDir dir;
   const double before = unix_time_now();
   const std::string path = write_sample_run(dir.path());
-  const std::string bytes = test::read_bytes(path);
+  const std::string bytes = read_file_bytes(path);
   // Every TensorFlow-written events file starts with these 12 bytes: length 24, then its masked CRC.
   EXPECT_EQ(bytes.substr(0, 12), std::string("\x18\0\0\0\0\0\0\0\xa3\x7f\x4b\x22", 12));
   const std::vector<std::string> records = records_of(bytes);
@@ -217,7 +218,7 @@ TEST(TensorBoardWriter, BytesAreTensorFlowEventsDecodedByHand) {
 TEST(ReadTensorBoardScalars, FlippedDataByteIsAnError) {
   test::TempDir dir;
   const std::string path = write_sample_run(dir.path());
-  std::string bytes = test::read_bytes(path);
+  std::string bytes = read_file_bytes(path);
   const size_t second_record = 12 + load_le(bytes, 0, 8) + 4;
   bytes[second_record + 12 + 3] ^= 0x01;  // inside the second record's Event
   test::write_text(path, bytes);
@@ -228,7 +229,7 @@ TEST(ReadTensorBoardScalars, FlippedDataByteIsAnError) {
 TEST(ReadTensorBoardScalars, FlippedLengthIsAnError) {
   test::TempDir dir;
   const std::string path = write_sample_run(dir.path());
-  std::string bytes = test::read_bytes(path);
+  std::string bytes = read_file_bytes(path);
   bytes[0] ^= 0x04;
   test::write_text(path, bytes);
   expect_input_error_naming(path, "record 0");
@@ -238,7 +239,7 @@ TEST(ReadTensorBoardScalars, FlippedLengthIsAnError) {
 TEST(ReadTensorBoardScalars, TruncatedFileIsAnError) {
   test::TempDir dir;
   const std::string path = write_sample_run(dir.path());
-  const std::string bytes = test::read_bytes(path);
+  const std::string bytes = read_file_bytes(path);
   const size_t records = records_of(bytes).size();
   test::write_text(path, bytes.substr(0, bytes.size() - 1));  // last record loses its data CRC byte
   expect_input_error_naming(path, "record " + std::to_string(records - 1));

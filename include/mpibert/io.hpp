@@ -11,6 +11,8 @@ namespace mpibert {
 // Reads a whole file. Gzip input (recognized by its magic bytes, whatever the name) is inflated;
 // a truncated or corrupt stream is an InputError naming the file.
 std::string read_file(const std::string& path);
+// The bytes as stored, never inflated.
+std::string read_file_bytes(const std::string& path);
 
 // Hex SHA-256 of bytes / of a file's raw (not inflated) bytes.
 std::string sha256_hex(std::string_view bytes);
