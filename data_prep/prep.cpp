@@ -100,6 +100,18 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+Shard build_shard(const SquadDataset& data, int64_t first_example, int64_t num_examples, const WordPieceTokenizer& tokenizer,
+                  ShardHeader header) {
+  Shard shard;
+  shard.header = std::move(header);
+  shard.header.first_example = first_example;
+  shard.header.num_examples = num_examples;
+  shard.features = make_features(data, first_example, num_examples, tokenizer, shard.header.params);
+  shard.header.num_features = static_cast<int64_t>(shard.features.num_features());
+  shard.examples = example_records(data, first_example, num_examples);
+  return shard;
+}
+
 std::vector<std::pair<int64_t, int64_t>> partition_articles(const std::vector<ArticleRange>& articles, int parts) {
   std::vector<double> prefix(articles.size() + 1, 0.0);
   for (size_t i = 0; i < articles.size(); ++i) prefix[i + 1] = prefix[i] + articles[i].cost;
@@ -157,22 +169,18 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
 
   // Phase 2, this rank's share: features of whole articles, written under a temporary name.
   const auto [first_article, num_articles] = partition_articles(data.articles, world_size)[static_cast<size_t>(rank)];
-  Shard shard;
-  shard.header = header;
+  int64_t first_example = static_cast<int64_t>(data.examples.size()), num_examples = 0;
   if (num_articles > 0) {
     const ArticleRange& first = data.articles[static_cast<size_t>(first_article)];
     const ArticleRange& last = data.articles[static_cast<size_t>(first_article + num_articles - 1)];
-    shard.header.first_example = first.first_example;
-    shard.header.num_examples = last.first_example + last.num_examples - first.first_example;
+    first_example = first.first_example;
+    num_examples = last.first_example + last.num_examples - first.first_example;
   } else if (first_article < static_cast<int64_t>(data.articles.size())) {
-    shard.header.first_example = data.articles[static_cast<size_t>(first_article)].first_example;
-  } else {
-    shard.header.first_example = static_cast<int64_t>(data.examples.size());
+    first_example = data.articles[static_cast<size_t>(first_article)].first_example;
   }
+  Shard shard;
   try {
-    shard.features = make_features(data, shard.header.first_example, shard.header.num_examples, *tokenizer, options.params);
-    shard.header.num_features = static_cast<int64_t>(shard.features.num_features());
-    shard.examples = example_records(data, shard.header.first_example, shard.header.num_examples);
+    shard = build_shard(data, first_example, num_examples, *tokenizer, header);
     write_shard(temporary_path, shard);
   } catch (const std::exception& e) {
     error = e.what();

@@ -94,9 +94,12 @@ LoadReport load_state(BertForQuestionAnswering& model, const SafetensorsFile& ch
     for (const auto& problem : problems) message += (message.empty() ? "" : "; ") + problem;
     throw InputError(describe(checkpoint.path(), "", "does not fit BertForQuestionAnswering: " + message));
   }
-  if (!report.ignored.empty())
-    spdlog::info("{}: ignored {} tensor(s) a QA model does not use (pretraining heads, pooler, buffers): {}", checkpoint.path(),
-                 report.ignored.size(), join(report.ignored));
+  std::vector<std::string> ignored_heads;  // buffers such as position_ids are routine, not news
+  for (const auto& name : report.ignored)
+    if (!ends_with(name, "_ids")) ignored_heads.push_back(name);
+  if (!ignored_heads.empty())
+    spdlog::info("{}: ignored {} tensor(s) a QA model does not use (pretraining heads, pooler): {}", checkpoint.path(),
+                 ignored_heads.size(), join(ignored_heads));
   if (!report.initialized_fresh.empty())
     spdlog::info("{}: no {}; initialized fresh, as HF does for a pretrained (not QA) checkpoint", checkpoint.path(),
                  join(report.initialized_fresh));

@@ -46,7 +46,7 @@ std::vector<ExamplePrediction> postprocess_qa_predictions(const FeatureStore& st
       const float* ends = end_logits[static_cast<size_t>(feature)].data();
       const float feature_null_score = starts[0] + ends[0];
       if (!null_candidate || null_candidate->score > feature_null_score)
-        null_candidate = Candidate{"", starts[0], ends[0], feature_null_score, 0, 0, 0};
+        null_candidate = Candidate{"", starts[0], ends[0], feature_null_score, 0, -1, -1};
       for (int32_t s : top_indices(starts, view.length, options.n_best_size)) {
         for (int32_t e : top_indices(ends, view.length, options.n_best_size)) {
           const int32_t begin = view.offsets[2 * s], end = view.offsets[2 * e + 1];

@@ -563,16 +563,32 @@ FeatureStore FeatureStore::open(const std::string& dir) {
     const std::string path = dir + "/" + entries[k].file;
     Shard shard = read_shard(path);
     check_matches_manifest(path, shard.header, store.manifest_, entries[k]);
-    store.shard_first_feature_.push_back(store.num_features());
-    int64_t token_start = 0;
-    for (uint16_t length : shard.features.lengths) {
-      store.feature_shard_.push_back(static_cast<int32_t>(k));
-      store.feature_starts_.push_back(token_start);
-      token_start += length;
-    }
-    store.shards_.push_back(std::move(shard));
+    store.add_shard(std::move(shard));
   }
   return store;
+}
+
+FeatureStore FeatureStore::from_shard(Shard shard) {
+  FeatureStore store;
+  store.manifest_.split = shard.header.split;
+  store.manifest_.params = shard.header.params;
+  store.manifest_.num_examples = shard.header.num_examples;
+  store.manifest_.num_features = static_cast<int64_t>(shard.features.num_features());
+  store.manifest_.shards.push_back({"<memory>", 0, shard.header.num_examples, store.manifest_.num_features});
+  store.add_shard(std::move(shard));
+  return store;
+}
+
+void FeatureStore::add_shard(Shard shard) {
+  const auto shard_index = static_cast<int32_t>(shards_.size());
+  shard_first_feature_.push_back(num_features());
+  int64_t token_start = 0;
+  for (uint16_t length : shard.features.lengths) {
+    feature_shard_.push_back(shard_index);
+    feature_starts_.push_back(token_start);
+    token_start += length;
+  }
+  shards_.push_back(std::move(shard));
 }
 
 FeatureView FeatureStore::feature(int64_t index) const {

@@ -188,14 +188,13 @@ nlohmann::ordered_json environment(int64_t world_size) {
 
 }  // namespace
 
-EvalResult evaluate(BertForQuestionAnswering& model, const std::string& eval_dir, const std::string& predictions_dir,
-                    int64_t batch_size, const PostprocessOptions& postprocess) {
-  const auto start = Clock::now();
-  FeatureStore store = FeatureStore::open(eval_dir);
+FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size) {
   const bool was_training = model->is_training();
   model->eval();
   torch::NoGradGuard no_grad;
-  std::vector<std::vector<float>> start_logits(static_cast<size_t>(store.num_features())), end_logits(start_logits.size());
+  FeatureLogits logits;
+  logits.start.resize(static_cast<size_t>(store.num_features()));
+  logits.end.resize(logits.start.size());
   double loss_sum = 0;
   for (int64_t first = 0; first < store.num_features(); first += batch_size) {
     std::vector<int64_t> indices;
@@ -209,16 +208,23 @@ EvalResult evaluate(BertForQuestionAnswering& model, const std::string& eval_dir
       const auto length = static_cast<size_t>(store.feature(indices[row]).length);
       const float* s = starts[static_cast<int64_t>(row)].data_ptr<float>();
       const float* e = ends[static_cast<int64_t>(row)].data_ptr<float>();
-      start_logits[static_cast<size_t>(indices[row])].assign(s, s + length);
-      end_logits[static_cast<size_t>(indices[row])].assign(e, e + length);
+      logits.start[static_cast<size_t>(indices[row])].assign(s, s + length);
+      logits.end[static_cast<size_t>(indices[row])].assign(e, e + length);
     }
   }
   if (was_training) model->train();
+  logits.loss = store.num_features() ? loss_sum / static_cast<double>(store.num_features()) : 0.0;
+  return logits;
+}
 
-  SquadDataset gold = gold_answers(store, eval_dir);
+EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
+                    int64_t batch_size, const PostprocessOptions& postprocess) {
+  const auto start = Clock::now();
+  const FeatureLogits logits = compute_logits(model, store, batch_size);
+  SquadDataset gold = gold_answers(store, "the evaluation shards");
   PostprocessOptions options = postprocess;
   options.version_2_with_negative = options.version_2_with_negative || uses_squad_v2_rules(gold);
-  auto predictions = postprocess_qa_predictions(store, start_logits, end_logits, options);
+  auto predictions = postprocess_qa_predictions(store, logits.start, logits.end, options);
   write_prediction_files(predictions, predictions_dir, options.version_2_with_negative);
 
   SquadPredictions answers;
@@ -232,7 +238,7 @@ EvalResult evaluate(BertForQuestionAnswering& model, const std::string& eval_dir
   std::ostringstream diagnostics;
   EvalResult result;
   result.metrics = score_squad(gold, answers, score_options, diagnostics);
-  result.loss = store.num_features() ? loss_sum / static_cast<double>(store.num_features()) : 0.0;
+  result.loss = logits.loss;
   result.samples = store.num_features();
   result.seconds = seconds_since(start);
   return result;
@@ -372,7 +378,8 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
   };
   if (!options.eval_dir.empty() && !stopped_early) {
     const auto t = Clock::now();
-    EvalResult eval = evaluate(model, options.eval_dir, options.output_dir, options.eval_batch_size, options.postprocess);
+    EvalResult eval = evaluate(model, FeatureStore::open(options.eval_dir), options.output_dir, options.eval_batch_size,
+                               options.postprocess);
     phases.eval = seconds_since(t);
     for (const auto& [key, value] : eval.metrics.items()) results["eval_" + key] = value;
     results["eval_loss"] = eval.loss;

@@ -106,6 +106,9 @@ TEST(Postprocess, V2PredictsNoAnswerWhenTheNullScoreWins) {
   for (int64_t e = 0; e < store.num_examples(); ++e) {
     const auto& prediction = predictions[static_cast<size_t>(e)];
     ASSERT_TRUE(prediction.null_score_diff.has_value());
+    // The null answer appears once among the n-best, with no character span.
+    EXPECT_EQ(std::count_if(prediction.nbest.begin(), prediction.nbest.end(), [](const Candidate& c) { return c.char_begin < 0; }), 1)
+        << prediction.id;
     if (store.example(e).is_impossible) {
       ++impossible;
       EXPECT_EQ(prediction.text, "") << prediction.id;

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpibert/io.hpp"
-#include "mpibert/shards.hpp"
+#include "mpibert/prep.hpp"
 
 namespace fs = std::filesystem;
 
@@ -85,21 +85,9 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
     data.examples.push_back(std::move(example));
   }
   WordPieceTokenizer tokenizer(Vocab::load(vocab_path()));
-  Shard shard;
-  shard.header.split = split;
-  shard.header.num_examples = count;
-  shard.features = make_features(data, 0, count, tokenizer, shard.header.params);
-  shard.header.num_features = static_cast<int64_t>(shard.features.num_features());
-  for (const Example& example : data.examples) {
-    nlohmann::json answers = nlohmann::json::array();
-    for (const Answer& answer : example.answers) answers.push_back({{"text", answer.text}, {"answer_start", answer.start}});
-    shard.examples.ids.push_back(example.id);
-    shard.examples.questions.push_back(example.question);
-    shard.examples.context_indices.push_back(example.context_index);
-    shard.examples.answers_json.push_back(answers.dump());
-    shard.examples.is_impossible.push_back(example.is_impossible);
-  }
-  shard.examples.contexts = data.contexts;
+  ShardHeader header;
+  header.split = split;
+  Shard shard = build_shard(data, 0, count, tokenizer, header);
   fs::create_directories(dir);
   write_shard(dir + "/" + shard_file_name(0, 1), shard);
   Manifest manifest;

@@ -112,6 +112,41 @@ TEST_F(Trainer, ResumedRunEndsBitForBitWhereAnUninterruptedOneDoes) {
             nlohmann::json::parse(read_file(interrupted.file(name + "/trainer_state.json")))["loss_history"]);
 }
 
+// The user's path: a config file for `mpibert train`, then `mpibert eval` and `mpibert predict` on
+// the checkpoint it wrote.
+TEST_F(Trainer, CommandLineTrainEvalAndPredict) {
+  test::TempDir run;
+  test::write_text(run.file("run.toml"), "[train]\nmodel-config = \"" + data_->file("config.json") + "\"\nvocab = \"" +
+                                             test::vocab_path() + "\"\nepochs = 1\nbatch-size = 16\nlearning-rate = 0.002\n");
+  const std::string mpibert = test::bin_dir() + "/mpibert ";
+  test::CommandResult trained = test::run_command(mpibert + "train --config " + run.file("run.toml") + " --train-shards " +
+                                                  data_->file("train") + " --eval-shards " + data_->file("eval") +
+                                                  " --output-dir " + run.file("out") + " --batch-size 8");
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  EXPECT_NE(trained.output.find("eval_f1 = "), std::string::npos) << trained.output;
+  const std::string resolved = read_file(run.file("out/train_config.toml"));
+  EXPECT_NE(resolved.find("batch-size=8"), std::string::npos) << resolved;       // the command line wins
+  EXPECT_NE(resolved.find("learning-rate=0.002"), std::string::npos) << resolved;  // the file fills the rest
+  const auto results = nlohmann::json::parse(read_file(run.file("out/results.json")));
+  EXPECT_EQ(results["parameters"]["batch_size"], 8);
+
+  const std::string checkpoint = run.file("out/checkpoint-" + std::to_string(results["global_step"].get<int64_t>()));
+  test::CommandResult evaluated = test::run_command(mpibert + "eval --model " + checkpoint + " --data " + data_->file("eval") +
+                                                    " --output-dir " + run.file("eval"));
+  ASSERT_EQ(evaluated.exit_status, 0) << evaluated.output;
+  const auto metrics = nlohmann::json::parse(read_file(run.file("eval/eval_results.json")));
+  EXPECT_DOUBLE_EQ(metrics["f1"].get<double>(), results["eval_f1"].get<double>());  // same model, same numbers
+
+  const std::string context = "The Denver Broncos defeated the Carolina Panthers to win Super Bowl 50.";
+  test::CommandResult predicted = test::run_command(mpibert + "predict --model " + checkpoint + " --context '" + context +
+                                                    "' --question 'Who won Super Bowl 50?' 2>/dev/null");
+  ASSERT_EQ(predicted.exit_status, 0) << predicted.output;
+  const auto answer = nlohmann::json::parse(predicted.output);
+  const int64_t begin = answer["start"], end = answer["end"];
+  ASSERT_LT(begin, end);
+  EXPECT_EQ(answer["answer"], context.substr(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
+}
+
 TEST_F(Trainer, RefusesACheckpointOfAnotherShape) {
   test::TempDir run;
   TrainOptions o = options(run.path());

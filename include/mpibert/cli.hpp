@@ -17,12 +17,15 @@ namespace mpibert {
 // a line that is not UTF-8 is reported on `err` with its line number and gives 1.
 int tokenize_lines(const WordPieceTokenizer& tokenizer, std::istream& in, std::ostream& out, std::ostream& err);
 
-// `mpibert train`: every option on the command line or in a CLI11 config file (--config FILE);
-// the resolved configuration is written into the run directory as train_config.toml.
-class TrainCommand {
+// The subcommands that need LibTorch:
+//   `mpibert train`: every option on the command line or in a config file (--config FILE); the
+//       resolved configuration is written into the run directory as train_config.toml;
+//   `mpibert eval --model DIR --data SHARDS --output-dir OUT`: prediction files and metrics;
+//   `mpibert predict --model DIR --context TEXT --question TEXT`: the answer, its score and span.
+class ModelCommands {
  public:
-  explicit TrainCommand(CLI::App& app);  // registers the subcommand and its options
-  ~TrainCommand();
+  explicit ModelCommands(CLI::App& app);  // registers the subcommands and their options
+  ~ModelCommands();
   bool parsed() const;
   int run();  // exit status
 

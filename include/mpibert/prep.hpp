@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpibert/features.hpp"
+#include "mpibert/shards.hpp"
 #include "mpibert/squad.hpp"
 
 namespace mpibert {
@@ -19,6 +20,11 @@ struct PrepOptions {
   FeatureParams params;
   bool overwrite = false;       // replace shards made with other parameters
 };
+
+// The shard of examples [first, first + count) of `data`: features made with header.params,
+// example records, and `header` completed with the example range and the feature count.
+Shard build_shard(const SquadDataset& data, int64_t first_example, int64_t num_examples, const WordPieceTokenizer& tokenizer,
+                  ShardHeader header);
 
 // Contiguous article ranges [first, first + count) per part, balanced by ArticleRange::cost.
 // Contiguity keeps the global example order equal to file order whatever the number of parts.

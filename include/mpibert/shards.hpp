@@ -92,6 +92,8 @@ struct ExampleView {
 class FeatureStore {
  public:
   static FeatureStore open(const std::string& dir);
+  // One shard held in memory, e.g. features made on the fly for a single question.
+  static FeatureStore from_shard(Shard shard);
 
   const Manifest& manifest() const { return manifest_; }
   int64_t num_features() const { return static_cast<int64_t>(feature_starts_.size()); }
@@ -106,6 +108,8 @@ class FeatureStore {
   std::vector<int32_t> feature_shard_;
   std::vector<int64_t> feature_starts_;
   std::vector<int64_t> shard_first_feature_;  // per shard: global index of its first feature
+
+  void add_shard(Shard shard);
 };
 
 }  // namespace mpibert

@@ -56,7 +56,16 @@ struct EvalResult {
 // results.json's content.
 nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hooks = {});
 
-EvalResult evaluate(BertForQuestionAnswering& model, const std::string& eval_dir, const std::string& predictions_dir,
+// Start and end logits of every feature (real positions only) and the mean loss over features.
+struct FeatureLogits {
+  std::vector<std::vector<float>> start, end;
+  double loss = 0;
+};
+FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size);
+
+// Logits, HF post-processing (v2 rules when the gold has unanswerable questions), prediction
+// files in `predictions_dir`, and the official metrics against the gold answers in the shards.
+EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
                     int64_t batch_size, const PostprocessOptions& postprocess);
 
 }  // namespace mpibert

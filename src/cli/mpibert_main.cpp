@@ -1,4 +1,4 @@
-// mpibert: the user-facing binary. Subcommands grow with the project (tokenize, score, train).
+// mpibert: the user-facing binary. Subcommands grow with the project (tokenize, score, train, eval, predict).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   score->add_option("--na-prob-file", na_prob_file, "v2.0: JSON object {question id: no-answer probability}");
   score->add_option("--na-prob-thresh", na_prob_thresh, "v2.0: predict no answer above this")->capture_default_str();
   score->add_option("--out-file", out_file, "write the JSON here instead of stdout");
-  mpibert::TrainCommand train(app);
+  mpibert::ModelCommands model_commands(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
       std::ios::sync_with_stdio(false);
       return mpibert::tokenize_lines(tokenizer, std::cin, std::cout, std::cerr);
     }
-    if (train.parsed()) return train.run();
+    if (model_commands.parsed()) return model_commands.run();
     if (score->parsed())
       return mpibert::score_command(dataset, predictions, na_prob_file, na_prob_thresh, out_file, std::cout, std::cerr);
   } catch (const std::exception& e) {

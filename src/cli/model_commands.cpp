@@ -1,0 +1,147 @@
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "mpibert/cli.hpp"
+#include "mpibert/checkpoint.hpp"
+#include "mpibert/io.hpp"
+#include "mpibert/prep.hpp"
+#include "mpibert/logging.hpp"
+#include "mpibert/trainer.hpp"
+
+namespace mpibert {
+
+struct ModelCommands::Impl {
+  CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr;
+  TrainOptions options;
+  std::string padding = "dynamic", log_level = "info";
+  int threads = 0;
+  // eval and predict
+  std::string model_dir, data_dir, output_dir, context, question;
+  int64_t batch_size = 64;
+  PostprocessOptions postprocess;
+
+  int run_train();
+  int run_eval();
+  int run_predict();
+};
+
+ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
+  auto& o = impl_->options;
+  CLI::App* c = impl_->train = app.add_subcommand("train", "fine-tune BERT for SQuAD on prepared shards");
+  // CLI11 reads config files on the top-level app only: --config belongs to it, and falls through
+  // from `train` so that `mpibert train --config FILE` works; the file's [train] section applies.
+  app.set_config("--config", "", "read options from this file (TOML: options of `train` under [train])");
+  c->fallthrough();
+  c->add_option("--train-shards", o.train_dir, "directory prepared by mpibert-prep --split train")->required();
+  c->add_option("--eval-shards", o.eval_dir, "directory prepared by mpibert-prep --split eval");
+  c->add_option("--output-dir", o.output_dir, "run directory")->required();
+  c->add_option("--model", o.model_dir, "HF model directory to start from (config.json + model.safetensors)");
+  c->add_option("--model-config", o.model_config, "config.json for a randomly initialized model (without --model)");
+  c->add_option("--vocab", o.vocab, "vocab.txt, copied into checkpoints")->required();
+  c->add_option("--resume", o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");
+  c->add_option("--epochs", o.epochs)->capture_default_str();
+  c->add_option("--batch-size", o.batch_size, "per micro-batch")->capture_default_str();
+  c->add_option("--gradient-accumulation", o.gradient_accumulation)->capture_default_str();
+  c->add_option("--learning-rate", o.learning_rate)->capture_default_str();
+  c->add_option("--weight-decay", o.weight_decay)->capture_default_str();
+  c->add_option("--warmup-steps", o.warmup_steps)->capture_default_str();
+  c->add_option("--warmup-ratio", o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
+  c->add_option("--max-grad-norm", o.max_grad_norm)->capture_default_str();
+  c->add_option("--seed", o.seed)->capture_default_str();
+  c->add_option("--padding", impl_->padding, "dynamic (to the longest in the batch, multiple of 8) or full")
+      ->check(CLI::IsMember({"dynamic", "full"}))
+      ->capture_default_str();
+  c->add_option("--stop-after-steps", o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
+  c->add_option("--logging-steps", o.logging_steps)->capture_default_str();
+  c->add_option("--save-steps", o.save_steps, "checkpoint every N steps (0: only at the end)")->capture_default_str();
+  c->add_option("--save-total-limit", o.save_total_limit, "checkpoints kept")->capture_default_str();
+  c->add_option("--eval-batch-size", o.eval_batch_size)->capture_default_str();
+  c->add_option("--n-best-size", o.postprocess.n_best_size)->capture_default_str();
+  c->add_option("--max-answer-length", o.postprocess.max_answer_length)->capture_default_str();
+  c->add_option("--null-score-diff-threshold", o.postprocess.null_score_diff_threshold)->capture_default_str();
+  c->add_flag("--bf16", o.model.autocast_bf16, "bf16 autocast (GPU)");
+  c->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
+  c->add_option("--log-level", impl_->log_level)->capture_default_str();
+
+  for (CLI::App* command : {impl_->eval = app.add_subcommand("eval", "evaluate an HF model directory on prepared shards"),
+                            impl_->predict = app.add_subcommand("predict", "answer one question about one context")}) {
+    command->add_option("--model", impl_->model_dir, "HF model directory (config.json, model.safetensors, vocab.txt)")->required();
+    command->add_option("--n-best-size", impl_->postprocess.n_best_size)->capture_default_str();
+    command->add_option("--max-answer-length", impl_->postprocess.max_answer_length)->capture_default_str();
+    command->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
+  }
+  impl_->eval->add_option("--data", impl_->data_dir, "shards prepared with mpibert-prep --split eval")->required();
+  impl_->eval->add_option("--output-dir", impl_->output_dir, "where predictions and metrics go")->required();
+  impl_->eval->add_option("--batch-size", impl_->batch_size)->capture_default_str();
+  impl_->eval->add_option("--null-score-diff-threshold", impl_->postprocess.null_score_diff_threshold)->capture_default_str();
+  impl_->predict->add_option("--context", impl_->context)->required();
+  impl_->predict->add_option("--question", impl_->question)->required();
+  impl_->predict->add_flag("--allow-no-answer", impl_->postprocess.version_2_with_negative, "SQuAD v2: the answer may be \"\"");
+}
+
+ModelCommands::~ModelCommands() = default;
+
+bool ModelCommands::parsed() const { return impl_->train->parsed() || impl_->eval->parsed() || impl_->predict->parsed(); }
+
+int ModelCommands::run() {
+  init_logging(0, 1, impl_->log_level);
+  if (impl_->threads > 0) torch::set_num_threads(impl_->threads);
+  if (impl_->eval->parsed()) return impl_->run_eval();
+  if (impl_->predict->parsed()) return impl_->run_predict();
+  return impl_->run_train();
+}
+
+int ModelCommands::Impl::run_eval() {
+  BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
+  EvalResult result = evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess);
+  nlohmann::ordered_json metrics = result.metrics;
+  metrics["eval_loss"] = result.loss;
+  metrics["eval_samples"] = result.samples;
+  metrics["eval_runtime"] = result.seconds;
+  write_file_atomic(output_dir + "/eval_results.json", metrics.dump(2) + "\n");
+  std::cout << metrics.dump() << "\n";
+  return 0;
+}
+
+int ModelCommands::Impl::run_predict() {
+  WordPieceTokenizer tokenizer(Vocab::load(model_dir + "/vocab.txt"));
+  BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
+  SquadDataset data;
+  data.path = "--context/--question";
+  data.contexts = {context};
+  Example example;
+  example.id = "question";
+  example.question = question;
+  example.is_impossible = true;  // no gold answer
+  data.examples = {example};
+  ShardHeader header;
+  header.split = "eval";
+  FeatureStore store = FeatureStore::from_shard(build_shard(data, 0, 1, tokenizer, header));
+  const FeatureLogits logits = compute_logits(model, store, batch_size);
+  const ExamplePrediction prediction = postprocess_qa_predictions(store, logits.start, logits.end, postprocess).front();
+  const Candidate& best = prediction.nbest.front();
+  nlohmann::ordered_json answer = {{"answer", prediction.text}, {"score", best.score}, {"probability", best.probability},
+                                   {"start", best.char_begin}, {"end", best.char_end}};
+  if (prediction.null_score_diff) answer["null_score_diff"] = *prediction.null_score_diff;
+  std::cout << answer.dump() << "\n";
+  return 0;
+}
+
+int ModelCommands::Impl::run_train() {
+  if (options.model_dir.empty() == options.model_config.empty()) {
+    spdlog::error("give exactly one of --model (an HF directory) and --model-config (random initialization)");
+    return 2;
+  }
+  options.padding = padding == "full" ? Padding::kFull : Padding::kDynamic;
+  std::filesystem::create_directories(options.output_dir);
+  write_file_atomic(options.output_dir + "/train_config.toml", "[train]\n" + train->config_to_str(true, true));
+  nlohmann::ordered_json results = mpibert::train(options);
+  std::cout << "results: " << options.output_dir << "/results.json\n";
+  for (const char* key : {"eval_exact_match", "eval_exact", "eval_f1"})
+    if (results.contains(key)) std::cout << key << " = " << results[key].dump() << "\n";
+  return 0;
+}
+
+}  // namespace mpibert
