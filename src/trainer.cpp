@@ -294,6 +294,7 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
                count_parameters(*model));
 
   TensorBoardWriter tensorboard(options.output_dir + "/tensorboard");
+  StepProfiler profiler(options.profile ? options.output_dir + "/profile/trace.json" : "", options.profile_schedule);
   PhaseTimes phases;
   int64_t steps_this_run = 0, samples_this_run = 0;
   const auto loop_start = Clock::now();
@@ -302,6 +303,7 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
     const std::vector<int64_t> order = sampler.indices(state.epoch);
     while (state.micro_batches_done + options.gradient_accumulation <= steps_per_epoch * options.gradient_accumulation &&
            state.global_step < total_steps) {
+      profiler.before_step(steps_this_run);
       const auto step_start = Clock::now();
       double step_loss = 0;
       for (int64_t micro = 0; micro < options.gradient_accumulation; ++micro, ++state.micro_batches_done) {
@@ -309,28 +311,47 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
         const auto first = static_cast<size_t>(state.micro_batches_done * options.batch_size);
         const std::vector<int64_t> indices(order.begin() + static_cast<long>(first),
                                            order.begin() + static_cast<long>(std::min(order.size(), first + static_cast<size_t>(options.batch_size))));
-        Batch batch = make_batch(store, indices, options.padding);
+        Batch batch;
+        {
+          MPIBERT_PROFILE_RANGE("mpibert::data");
+          batch = make_batch(store, indices, options.padding);
+        }
         phases.data += seconds_since(t);
         t = Clock::now();
-        QAOutput out = model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions,
-                                      batch.end_positions);
-        torch::Tensor loss = out.loss / static_cast<double>(options.gradient_accumulation);
+        torch::Tensor loss;
+        {
+          MPIBERT_PROFILE_RANGE("mpibert::forward");
+          QAOutput out = model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions,
+                                        batch.end_positions);
+          loss = out.loss / static_cast<double>(options.gradient_accumulation);
+        }
         phases.forward += seconds_since(t);
         t = Clock::now();
-        loss.backward();
+        {
+          MPIBERT_PROFILE_RANGE("mpibert::backward");
+          loss.backward();
+        }
         phases.backward += seconds_since(t);
         step_loss += loss.item<double>();
         samples_this_run += static_cast<int64_t>(indices.size());
       }
       auto t = Clock::now();
-      if (hooks.synchronize_gradients) hooks.synchronize_gradients(parameters);
+      if (hooks.synchronize_gradients) {
+        MPIBERT_PROFILE_RANGE("mpibert::gradient_sync");
+        hooks.synchronize_gradients(parameters);
+      }
       phases.gradient_sync += seconds_since(t);
       t = Clock::now();
-      const double grad_norm = clip_grad_norm(parameters, options.max_grad_norm).item<double>();
+      double grad_norm = 0;
       const double lr = schedule.lr(state.global_step);
-      optimizer.step(lr);
-      optimizer.zero_grad();
+      {
+        MPIBERT_PROFILE_RANGE("mpibert::optimizer");
+        grad_norm = clip_grad_norm(parameters, options.max_grad_norm).item<double>();
+        optimizer.step(lr);
+        optimizer.zero_grad();
+      }
       phases.optimizer += seconds_since(t);
+      profiler.after_step(steps_this_run);
       ++state.global_step;
       ++steps_this_run;
       state.loss_history.emplace_back(state.global_step, step_loss);

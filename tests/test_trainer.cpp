@@ -147,6 +147,23 @@ TEST_F(Trainer, CommandLineTrainEvalAndPredict) {
   EXPECT_EQ(answer["answer"], context.substr(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
 }
 
+TEST_F(Trainer, ProfileWritesAChromeTraceWithOurPhases) {
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.eval_dir.clear();
+  o.epochs = 1;
+  o.profile = true;
+  o.profile_schedule = {1, 1, 2};
+  train(o);
+  const auto trace = nlohmann::json::parse(read_file(run.file("profile/trace.json")));
+  std::map<std::string, int> names;
+  for (const auto& event : trace.at("traceEvents"))
+    if (event.contains("name")) ++names[event["name"].get<std::string>()];
+  EXPECT_EQ(names["mpibert::forward"], 2);  // the two active steps
+  EXPECT_EQ(names["mpibert::optimizer"], 2);
+  EXPECT_GT(names["aten::mm"] + names["aten::addmm"], 0);  // LibTorch's own operators are there too
+}
+
 TEST_F(Trainer, RefusesACheckpointOfAnotherShape) {
   test::TempDir run;
   TrainOptions o = options(run.path());

@@ -13,6 +13,7 @@
 #include "mpibert/batching.hpp"
 #include "mpibert/eval.hpp"
 #include "mpibert/model.hpp"
+#include "mpibert/profiling.hpp"
 
 namespace mpibert {
 
@@ -38,6 +39,8 @@ struct TrainOptions {
   int64_t eval_batch_size = 64;
   PostprocessOptions postprocess;
   ModelOptions model;
+  bool profile = false;  // Chrome trace of the training steps in output_dir/profile/
+  ProfileSchedule profile_schedule;
 };
 
 // Hooks for the data-parallel layer: the trainer itself is single-process.

@@ -62,6 +62,10 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--max-answer-length", o.postprocess.max_answer_length)->capture_default_str();
   c->add_option("--null-score-diff-threshold", o.postprocess.null_score_diff_threshold)->capture_default_str();
   c->add_flag("--bf16", o.model.autocast_bf16, "bf16 autocast (GPU)");
+  c->add_flag("--profile", o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
+  c->add_option("--profile-wait", o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
+  c->add_option("--profile-warmup", o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
+  c->add_option("--profile-active", o.profile_schedule.active, "steps it records")->capture_default_str();
   c->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
   c->add_option("--log-level", impl_->log_level)->capture_default_str();
 
