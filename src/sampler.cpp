@@ -53,11 +53,30 @@ int64_t DistributedSampler::size() const {
   return num_samples_ / world_size_ + (rank_ < num_samples_ % world_size_ ? 1 : 0);
 }
 
+void DistributedSampler::group_by_length(std::vector<int32_t> lengths, int64_t batch_size) {
+  if (static_cast<int64_t>(lengths.size()) != num_samples_ || batch_size < 1)
+    throw std::invalid_argument("group_by_length: " + std::to_string(lengths.size()) + " lengths for " +
+                                std::to_string(num_samples_) + " samples, batch " + std::to_string(batch_size));
+  lengths_ = std::move(lengths);
+  batch_size_ = batch_size;
+}
+
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(size()));
   if (mode_ == Mode::kTrain) {
-    const std::vector<int64_t> order = epoch_permutation(num_samples_, seed_, epoch);
+    std::vector<int64_t> order = epoch_permutation(num_samples_, seed_, epoch);
+    if (!lengths_.empty() && !order.empty()) {
+      const int64_t megabatch = std::max<int64_t>(1, std::min<int64_t>(num_samples_ / (batch_size_ * 4), 50)) * batch_size_;
+      const auto longer = [&](int64_t a, int64_t b) { return lengths_[static_cast<size_t>(a)] > lengths_[static_cast<size_t>(b)]; };
+      size_t longest_megabatch = 0;
+      for (size_t begin = 0; begin < order.size(); begin += static_cast<size_t>(megabatch)) {
+        const auto end = std::min(order.size(), begin + static_cast<size_t>(megabatch));
+        std::stable_sort(order.begin() + static_cast<long>(begin), order.begin() + static_cast<long>(end), longer);
+        if (longer(order[begin], order[longest_megabatch])) longest_megabatch = begin;
+      }
+      std::swap(order[0], order[longest_megabatch]);  // the longest batch first: memory peaks at once
+    }
     for (int64_t k = 0; k < size(); ++k) mine.push_back(order[static_cast<size_t>(rank_ + k * world_size_)]);
     return mine;
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "mpibert/checkpoint.hpp"
@@ -33,12 +34,20 @@ struct TrainerState {
   int64_t epoch = 0;
   int64_t micro_batches_done = 0;  // of the current epoch's order
   std::vector<std::pair<int64_t, double>> loss_history;
+  std::optional<double> best_metric;  // best eval F1 so far
+  int64_t best_step = -1;
 
   nlohmann::ordered_json to_json(const BertConfig& config) const {
     nlohmann::ordered_json history = nlohmann::ordered_json::array();
     for (const auto& [step, loss] : loss_history) history.push_back({{"step", step}, {"loss", loss}});
-    return {{"global_step", global_step}, {"epoch", epoch}, {"micro_batches_done_in_epoch", micro_batches_done},
-            {"model_config", config.to_json()}, {"loss_history", history}};
+    return {{"global_step", global_step},
+            {"epoch", epoch},
+            {"micro_batches_done_in_epoch", micro_batches_done},
+            {"best_metric", best_metric ? nlohmann::ordered_json(*best_metric) : nlohmann::ordered_json()},
+            {"best_metric_name", "eval_f1"},
+            {"best_step", best_step},
+            {"model_config", config.to_json()},
+            {"loss_history", history}};
   }
 };
 
@@ -140,6 +149,8 @@ TrainerState load_checkpoint(const std::string& dir, BertForQuestionAnswering& m
   state.epoch = json.at("epoch");
   state.micro_batches_done = json.at("micro_batches_done_in_epoch");
   for (const auto& entry : json.at("loss_history")) state.loss_history.emplace_back(entry.at("step"), entry.at("loss"));
+  if (json.contains("best_metric") && !json["best_metric"].is_null()) state.best_metric = json["best_metric"].get<double>();
+  state.best_step = json.value("best_step", int64_t{-1});
   return state;
 }
 
@@ -217,6 +228,12 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
   return logits;
 }
 
+std::vector<int32_t> feature_lengths(const FeatureStore& store) {
+  std::vector<int32_t> lengths(static_cast<size_t>(store.num_features()));
+  for (int64_t i = 0; i < store.num_features(); ++i) lengths[static_cast<size_t>(i)] = store.feature(i).length;
+  return lengths;
+}
+
 EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
                     int64_t batch_size, const PostprocessOptions& postprocess) {
   const auto start = Clock::now();
@@ -259,6 +276,7 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
                                                          std::to_string(model->config().vocab_size)));
 
   DistributedSampler sampler(store.num_features(), 0, 1, DistributedSampler::Mode::kTrain, options.seed);
+  if (options.group_by_length) sampler.group_by_length(feature_lengths(store), options.batch_size);
   const int64_t micro_batches_per_epoch = (sampler.size() + options.batch_size - 1) / options.batch_size;
   const int64_t steps_per_epoch = std::max<int64_t>(1, micro_batches_per_epoch / options.gradient_accumulation);
   const auto total_steps = static_cast<int64_t>(std::ceil(options.epochs * static_cast<double>(steps_per_epoch)));
@@ -294,6 +312,29 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
                count_parameters(*model));
 
   TensorBoardWriter tensorboard(options.output_dir + "/tensorboard");
+  // Evaluation at a step: metrics into TensorBoard, prediction files into the run directory,
+  // and the best F1 into the trainer state (so checkpoints carry it).
+  std::optional<FeatureStore> eval_store;
+  std::optional<EvalResult> last_eval;
+  int64_t last_eval_step = -1;
+  double eval_seconds = 0;
+  auto run_evaluation = [&] {
+    const auto t = Clock::now();
+    if (!eval_store) eval_store = FeatureStore::open(options.eval_dir);
+    last_eval = evaluate(model, *eval_store, options.output_dir, options.eval_batch_size, options.postprocess);
+    last_eval_step = state.global_step;
+    eval_seconds += seconds_since(t);
+    tensorboard.add_scalar("eval/loss", last_eval->loss, state.global_step);
+    for (const char* key : {"exact_match", "exact", "f1", "best_f1"})
+      if (last_eval->metrics.contains(key))
+        tensorboard.add_scalar(std::string("eval/") + key, last_eval->metrics[key].get<double>(), state.global_step);
+    const double f1 = last_eval->metrics["f1"].get<double>();
+    if (!state.best_metric || f1 > *state.best_metric) {
+      state.best_metric = f1;
+      state.best_step = state.global_step;
+    }
+    spdlog::info("eval at step {}: {} loss {:.4f}", state.global_step, last_eval->metrics.dump(), last_eval->loss);
+  };
   StepProfiler profiler(options.profile ? options.output_dir + "/profile/trace.json" : "", options.profile_schedule);
   PhaseTimes phases;
   int64_t steps_this_run = 0, samples_this_run = 0;
@@ -370,6 +411,7 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
                      grad_norm, samples_per_second, format_duration(eta));
         tensorboard.flush();
       }
+      if (!options.eval_dir.empty() && options.eval_steps > 0 && state.global_step % options.eval_steps == 0) run_evaluation();
       const bool stop_now = options.stop_after_steps > 0 && steps_this_run == options.stop_after_steps && state.global_step < total_steps;
       if ((options.save_steps > 0 && state.global_step % options.save_steps == 0) || stop_now)
         save_checkpoint(options, model, optimizer, state);
@@ -384,7 +426,8 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
       state.micro_batches_done = 0;
     }
   }
-  const double train_runtime = seconds_since(run_start);
+  const double train_runtime = seconds_since(run_start);  // as HF: periodic evaluations included, the final one not
+  if (!options.eval_dir.empty() && !stopped_early && last_eval_step != state.global_step) run_evaluation();
   if (!stopped_early) save_checkpoint(options, model, optimizer, state);
 
   double loss_sum = 0;
@@ -397,20 +440,15 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
       {"train_loss", state.loss_history.empty() ? 0.0 : loss_sum / static_cast<double>(state.loss_history.size())},
       {"epoch", static_cast<double>(state.global_step) / static_cast<double>(steps_per_epoch)},
   };
-  if (!options.eval_dir.empty() && !stopped_early) {
-    const auto t = Clock::now();
-    EvalResult eval = evaluate(model, FeatureStore::open(options.eval_dir), options.output_dir, options.eval_batch_size,
-                               options.postprocess);
-    phases.eval = seconds_since(t);
-    for (const auto& [key, value] : eval.metrics.items()) results["eval_" + key] = value;
-    results["eval_loss"] = eval.loss;
-    results["eval_runtime"] = eval.seconds;
-    results["eval_samples"] = eval.samples;
-    results["eval_samples_per_second"] = static_cast<double>(eval.samples) / eval.seconds;
-    tensorboard.add_scalar("eval/loss", eval.loss, state.global_step);
-    for (const char* key : {"exact_match", "exact", "f1", "best_f1"})
-      if (eval.metrics.contains(key)) tensorboard.add_scalar(std::string("eval/") + key, eval.metrics[key].get<double>(), state.global_step);
-    spdlog::info("eval: {} loss {:.4f}", eval.metrics.dump(), eval.loss);
+  phases.eval = eval_seconds;
+  if (last_eval && !stopped_early) {
+    for (const auto& [key, value] : last_eval->metrics.items()) results["eval_" + key] = value;
+    results["eval_loss"] = last_eval->loss;
+    results["eval_runtime"] = last_eval->seconds;
+    results["eval_samples"] = last_eval->samples;
+    results["eval_samples_per_second"] = static_cast<double>(last_eval->samples) / last_eval->seconds;
+    results["best_eval_f1"] = *state.best_metric;
+    results["best_step"] = state.best_step;
   }
   tensorboard.flush();
   results["stopped_early"] = stopped_early;
@@ -427,6 +465,7 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
                            {"max_grad_norm", options.max_grad_norm},
                            {"seed", options.seed},
                            {"padding", options.padding == Padding::kDynamic ? "dynamic" : "full"},
+                           {"group_by_length", options.group_by_length},
                            {"total_steps", total_steps},
                            {"model", model->config().to_json()}};
   write_file_atomic(options.output_dir + "/results.json", results.dump(2) + "\n");

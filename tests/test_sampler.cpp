@@ -63,6 +63,30 @@ TEST(DistributedSampler, TrainRanksGetEqualCountsAndEvalKeepsOrder) {
   EXPECT_EQ(e2.indices(5), (std::vector<int64_t>{8, 9, 10}));
 }
 
+TEST(DistributedSampler, GroupByLengthMakesBatchesOfSimilarLength) {
+  const int64_t n = 1000, batch = 10;
+  std::vector<int32_t> lengths(n);
+  for (int64_t i = 0; i < n; ++i) lengths[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % 384 + 1);
+  DistributedSampler plain(n, 0, 1, DistributedSampler::Mode::kTrain, 5), grouped(n, 0, 1, DistributedSampler::Mode::kTrain, 5);
+  grouped.group_by_length(lengths, batch);
+  auto padded_tokens = [&](const std::vector<int64_t>& order) {
+    int64_t total = 0;
+    for (size_t b = 0; b < order.size(); b += batch) {
+      int32_t longest = 0;
+      for (size_t i = b; i < std::min(order.size(), b + batch); ++i) longest = std::max(longest, lengths[static_cast<size_t>(order[i])]);
+      total += longest * static_cast<int64_t>(std::min<size_t>(batch, order.size() - b));
+    }
+    return total;
+  };
+  auto order = grouped.indices(0);
+  auto sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);  // still every sample once
+  EXPECT_EQ(lengths[static_cast<size_t>(order[0])], *std::max_element(lengths.begin(), lengths.end()));
+  EXPECT_LT(padded_tokens(order) * 3, padded_tokens(plain.indices(0)) * 2);  // at least a third less padding
+  EXPECT_NE(order, grouped.indices(1));
+}
+
 TEST(DistributedSampler, SingleRankTrainSeesEverySampleShuffled) {
   DistributedSampler sampler(100, 0, 1, DistributedSampler::Mode::kTrain, 3);
   auto indices = sampler.indices(0);

@@ -55,6 +55,7 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   TrainOptions o = options(run.path());
   o.save_steps = 3;
   o.save_total_limit = 2;
+  o.eval_steps = 4;
   nlohmann::ordered_json results = train(o);
   for (const char* key : {"train_runtime", "train_samples", "train_samples_per_second", "train_steps_per_second", "train_loss",
                           "epoch", "eval_exact_match", "eval_f1", "eval_loss", "eval_runtime", "eval_samples",
@@ -78,8 +79,12 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   for (const auto& scalar : read_tensorboard_scalars(events)) ++counts[scalar.tag];
   EXPECT_EQ(counts["train/loss"], steps);
   EXPECT_EQ(counts["train/learning_rate"], steps);
-  EXPECT_EQ(counts["eval/f1"], 1);
-  EXPECT_EQ(counts["eval/exact_match"], 1);
+  const int64_t evaluations = steps / 4 + (steps % 4 != 0);  // every 4 steps and at the end
+  EXPECT_EQ(counts["eval/f1"], evaluations);
+  EXPECT_EQ(counts["eval/exact_match"], evaluations);
+  const auto state = nlohmann::json::parse(read_file(run.file("checkpoint-" + std::to_string(steps) + "/trainer_state.json")));
+  EXPECT_EQ(state["best_metric"].get<double>(), results["best_eval_f1"].get<double>());
+  EXPECT_GE(results["best_eval_f1"].get<double>(), results["eval_f1"].get<double>());
 }
 
 TEST_F(Trainer, ResumedRunEndsBitForBitWhereAnUninterruptedOneDoes) {
@@ -162,6 +167,40 @@ TEST_F(Trainer, ProfileWritesAChromeTraceWithOurPhases) {
   EXPECT_EQ(names["mpibert::forward"], 2);  // the two active steps
   EXPECT_EQ(names["mpibert::optimizer"], 2);
   EXPECT_GT(names["aten::mm"] + names["aten::addmm"], 0);  // LibTorch's own operators are there too
+}
+
+// Two accumulated micro-batches of 4 make the same step as one batch of 8 (full padding, no
+// dropout: the loss is a mean over the same 8 features either way). Compared through the logged
+// loss and pre-clip gradient norm: parameters after AdamW would differ where gradients are pure
+// rounding noise (see the model fixture's README).
+TEST_F(Trainer, GradientAccumulationMatchesOneLargerBatch) {
+  test::TempDir one, two;
+  TrainOptions a = options(one.path()), b = options(two.path());
+  for (TrainOptions* o : {&a, &b}) {
+    o->model_config = test::fixtures_dir() + "/model/config.json";  // dropout 0
+    o->eval_dir.clear();
+    o->padding = Padding::kFull;
+    o->stop_after_steps = 2;
+    o->warmup_steps = 1;
+  }
+  b.batch_size = 4;
+  b.gradient_accumulation = 2;
+  train(a);
+  train(b);
+  // The accumulated gradient's pre-clip norm and the loss, per step, as logged.
+  auto logged = [](const test::TempDir& run) {
+    std::map<std::string, std::vector<float>> series;
+    const std::string dir = run.file("tensorboard");
+    for (const auto& scalar : read_tensorboard_scalars(dir + "/" + test::TempDir::entries_of(dir).front()))
+      series[scalar.tag].push_back(scalar.value);
+    return series;
+  };
+  auto x = logged(one), y = logged(two);
+  for (const char* tag : {"train/grad_norm", "train/loss"}) {
+    ASSERT_EQ(x[tag].size(), 2u) << tag;
+    ASSERT_EQ(y[tag].size(), 2u) << tag;
+    for (size_t step = 0; step < 2; ++step) EXPECT_NEAR(x[tag][step], y[tag][step], 1e-5) << tag << " step " << step + 1;
+  }
 }
 
 TEST_F(Trainer, RefusesACheckpointOfAnotherShape) {

@@ -26,11 +26,19 @@ class DistributedSampler {
   std::vector<int64_t> indices(int64_t epoch) const;
   int64_t size() const;  // this rank's count
 
+  // Train mode: HF's group_by_length. The epoch's permutation is cut into megabatches of
+  // min(50, n / (4 * batch_size)) batches (at least 1), each sorted by length, longest first,
+  // and the longest feature overall leads; batches then hold similar lengths, so dynamic padding
+  // pads little. `lengths` are per sample.
+  void group_by_length(std::vector<int32_t> lengths, int64_t batch_size);
+
  private:
   int64_t num_samples_;
   int rank_, world_size_;
   Mode mode_;
   uint64_t seed_;
+  std::vector<int32_t> lengths_;  // empty: no grouping
+  int64_t batch_size_ = 1;
 };
 
 }  // namespace mpibert

@@ -34,9 +34,11 @@ struct TrainOptions {
   double max_grad_norm = 1.0;
   uint64_t seed = 42;
   Padding padding = Padding::kDynamic;
+  bool group_by_length = false;     // HF's group_by_length: batches of similar length, less padding
   int64_t stop_after_steps = 0;     // stop (with a checkpoint) after this many steps; the schedule is unchanged
   int64_t logging_steps = 10, save_steps = 0, save_total_limit = 2;
   int64_t eval_batch_size = 64;
+  int64_t eval_steps = 0;           // also evaluate every N steps (0: only at the end); the best F1 is tracked
   PostprocessOptions postprocess;
   ModelOptions model;
   bool profile = false;  // Chrome trace of the training steps in output_dir/profile/
@@ -54,6 +56,9 @@ struct EvalResult {
   int64_t samples = 0;
   double seconds = 0;
 };
+
+// The real length of every feature, for group_by_length.
+std::vector<int32_t> feature_lengths(const FeatureStore& store);
 
 // Runs training (and evaluation when eval_dir is set); writes the run directory and returns
 // results.json's content.

@@ -53,11 +53,14 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--padding", impl_->padding, "dynamic (to the longest in the batch, multiple of 8) or full")
       ->check(CLI::IsMember({"dynamic", "full"}))
       ->capture_default_str();
+  c->add_flag("--group-by-length", o.group_by_length, "batches of similar length (HF's group_by_length): less padding");
   c->add_option("--stop-after-steps", o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
   c->add_option("--logging-steps", o.logging_steps)->capture_default_str();
   c->add_option("--save-steps", o.save_steps, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--save-total-limit", o.save_total_limit, "checkpoints kept")->capture_default_str();
   c->add_option("--eval-batch-size", o.eval_batch_size)->capture_default_str();
+  c->add_option("--eval-steps", o.eval_steps, "also evaluate every N steps; the best F1 is kept in trainer_state.json")
+      ->capture_default_str();
   c->add_option("--n-best-size", o.postprocess.n_best_size)->capture_default_str();
   c->add_option("--max-answer-length", o.postprocess.max_answer_length)->capture_default_str();
   c->add_option("--null-score-diff-threshold", o.postprocess.null_score_diff_threshold)->capture_default_str();
