@@ -24,13 +24,7 @@ int main(int argc, char** argv) {
   app.add_flag("--separate-qkv", separate_qkv, "three Q/K/V matmuls instead of one fused");
   CLI11_PARSE(app, argc, argv);
 
-  mpibert::BertConfig config;  // bert-base-uncased
-  if (preset == "small") {
-    config.num_hidden_layers = 2;
-    config.hidden_size = 128;
-    config.num_attention_heads = 2;
-    config.intermediate_size = 512;
-  }
+  const mpibert::BertConfig config = mpibert::BertConfig::preset(preset);
   if (batch == 0) batch = preset == "base" ? 2 : 32;
   torch::set_num_threads(threads);
   torch::manual_seed(0);

@@ -34,13 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  mpibert::BertConfig config;
-  if (preset == "small") {
-    config.num_hidden_layers = 2;
-    config.hidden_size = 128;
-    config.num_attention_heads = 2;
-    config.intermediate_size = 512;
-  }
+  const mpibert::BertConfig config = mpibert::BertConfig::preset(preset);
   if (batch == 0) batch = preset == "base" ? 2 : 32;
   torch::set_num_threads(threads);
   const mpibert::FeatureStore store = mpibert::FeatureStore::open(shards);
@@ -52,13 +46,8 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);
     mpibert::BertForQuestionAnswering model(config);
     model->train();
-    std::vector<std::pair<std::string, torch::Tensor>> named;
-    std::vector<torch::Tensor> parameters;
-    for (const auto& item : model->named_parameters()) {
-      named.emplace_back(item.key(), item.value());
-      parameters.push_back(item.value());
-    }
-    mpibert::AdamW optimizer(named, mpibert::AdamWOptions{});
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    mpibert::AdamW optimizer(model->named_parameters(), mpibert::AdamWOptions{});
     mpibert::DistributedSampler sampler(store.num_features(), 0, 1, mpibert::DistributedSampler::Mode::kTrain, 42);
     if (variant.group_by_length) sampler.group_by_length(mpibert::feature_lengths(store), batch);
     const std::vector<int64_t> order = sampler.indices(0);

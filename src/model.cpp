@@ -71,6 +71,19 @@ BertConfig BertConfig::load(const std::string& path) {
   return from_json(json, path);
 }
 
+BertConfig BertConfig::preset(const std::string& name) {
+  BertConfig config;
+  if (name == "small") {
+    config.num_hidden_layers = 2;
+    config.hidden_size = 128;
+    config.num_attention_heads = 2;
+    config.intermediate_size = 512;
+  } else if (name != "base") {
+    throw InputError(describe("config preset", name, "unknown (base, small)"));
+  }
+  return config;
+}
+
 void BertConfig::validate(const std::string& origin) const {
   auto positive = [&](const char* key, int64_t value) {
     if (value <= 0) throw InputError(describe(origin, std::string("'") + key + "'", "must be positive, not " + std::to_string(value)));

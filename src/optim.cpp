@@ -8,12 +8,12 @@ bool uses_weight_decay(const std::string& name) {
   return name.find("bias") == std::string::npos && name.find("LayerNorm.weight") == std::string::npos;
 }
 
-AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters, AdamWOptions options)
+AdamW::AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_parameters, AdamWOptions options)
     : options_(options) {
-  for (const auto& [name, parameter] : named_parameters)
-    slots_.push_back({name, parameter, torch::zeros_like(parameter, torch::MemoryFormat::Preserve),
-                      torch::zeros_like(parameter, torch::MemoryFormat::Preserve),
-                      uses_weight_decay(name) ? options.weight_decay : 0.0});
+  for (const auto& item : named_parameters)
+    slots_.push_back({item.key(), item.value(), torch::zeros_like(item.value(), torch::MemoryFormat::Preserve),
+                      torch::zeros_like(item.value(), torch::MemoryFormat::Preserve),
+                      uses_weight_decay(item.key()) ? options.weight_decay : 0.0});
 }
 
 void AdamW::step(double lr) {

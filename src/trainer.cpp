@@ -284,15 +284,10 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
                                                   : LinearSchedule::warmup_steps_for_ratio(options.warmup_ratio, total_steps);
   LinearSchedule schedule(options.learning_rate, warmup, total_steps);
 
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  std::vector<torch::Tensor> parameters;
-  for (const auto& item : model->named_parameters()) {
-    named.emplace_back(item.key(), item.value());
-    parameters.push_back(item.value());
-  }
+  std::vector<torch::Tensor> parameters = model->parameters();
   AdamWOptions adam;
   adam.weight_decay = options.weight_decay;
-  AdamW optimizer(named, adam);
+  AdamW optimizer(model->named_parameters(), adam);
 
   TrainerState state;
   int64_t resumed_from_step = 0;

@@ -118,6 +118,9 @@ TEST(ModelConfig, InvalidValuesAreNamed) {
   expect_error(R"({"num_hidden_layers": 0})", "'num_hidden_layers': must be positive");
   expect_error(R"({"hidden_act": "swish"})", "'hidden_act'");
   expect_error(R"({"hidden_size": "768"})", "'hidden_size': has the wrong type");
+  EXPECT_EQ(BertConfig::preset("small").hidden_size, 128);
+  EXPECT_EQ(BertConfig::preset("base").num_hidden_layers, 12);
+  EXPECT_THROW(BertConfig::preset("large"), InputError);
   BertConfig fixture = BertConfig::load(model_fixture("config.json"));
   EXPECT_EQ(fixture.hidden_size, 64);
   EXPECT_EQ(BertConfig::from_json(nlohmann::json::parse(fixture.to_json().dump()), "roundtrip").intermediate_size,

@@ -42,18 +42,13 @@ TEST(TrainingTrajectory, ReplaysTheHuggingFaceRun) {
   load_state(model, SafetensorsFile::open(model_fixture("model.safetensors")));
   model->train();
 
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  std::vector<torch::Tensor> parameters;
-  for (const auto& item : model->named_parameters()) {
-    named.emplace_back(item.key(), item.value());
-    parameters.push_back(item.value());
-  }
+  const std::vector<torch::Tensor> parameters = model->parameters();
   AdamWOptions options;
   options.beta1 = optimizer_spec["betas"][0];
   options.beta2 = optimizer_spec["betas"][1];
   options.eps = optimizer_spec["eps"];
   options.weight_decay = optimizer_spec["param_groups"][0]["weight_decay"];
-  AdamW optimizer(named, options);
+  AdamW optimizer(model->named_parameters(), options);
   LinearSchedule schedule(optimizer_spec["lr"], scheduler_spec["num_warmup_steps"], scheduler_spec["num_training_steps"]);
   const double max_norm = trajectory["clip_grad_norm"]["max_norm"];
 
@@ -83,8 +78,9 @@ TEST(TrainingTrajectory, ReplaysTheHuggingFaceRun) {
   const std::set<std::string> noise_only = trajectory["zero_exact_gradient_params"]["names"];
   SafetensorsFile final_state = SafetensorsFile::open(model_fixture("final.safetensors"));
   double worst_parameter = 0;
-  for (const auto& [name, parameter] : named) {
-    const double diff = (parameter - final_state.get(name)).abs().max().item<double>();
+  for (const auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    const double diff = (item.value() - final_state.get(name)).abs().max().item<double>();
     // AdamW turns the rounding noise of exactly-zero gradients into lr-sized steps (README).
     EXPECT_LE(diff, noise_only.count(name) ? 5e-3 : 1e-5) << name;
     if (!noise_only.count(name)) worst_parameter = std::max(worst_parameter, diff);

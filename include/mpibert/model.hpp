@@ -29,6 +29,9 @@ struct BertConfig {
   // `origin` and the key for wrong types or invalid values.
   static BertConfig from_json(const nlohmann::json& json, const std::string& origin);
   static BertConfig load(const std::string& path);
+  // "base": bert-base-uncased (HF's defaults); "small": 2 layers, hidden 128, 2 heads,
+  // intermediate 512 (configs/small-bert.json), the size used for runs and figures on CPUs.
+  static BertConfig preset(const std::string& name);
   // HF config.json for BertForQuestionAnswering.
   nlohmann::ordered_json to_json() const;
   void validate(const std::string& origin) const;

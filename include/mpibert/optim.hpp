@@ -21,7 +21,8 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters, AdamWOptions options);
+  // Takes Module::named_parameters(): names decide the weight-decay group.
+  AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_parameters, AdamWOptions options);
 
   // One update with learning rate `lr` (the schedule's value for this step). torch's order: decay
   // the parameter, update the moments, then the bias-corrected step. Parameters without a
