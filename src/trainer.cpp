@@ -130,10 +130,12 @@ void save_checkpoint(const TrainOptions& options, BertForQuestionAnswering& mode
     fs::remove_all(all[i]);
 }
 
-TrainerState load_checkpoint(const std::string& dir, BertForQuestionAnswering& model, AdamW& optimizer) {
+TrainerState load_checkpoint(const std::string& dir, const std::string& vocab, BertForQuestionAnswering& model, AdamW& optimizer) {
   const BertConfig saved = BertConfig::load(dir + "/config.json");
   if (std::string mismatch = shape_mismatch(saved, model->config()); !mismatch.empty())
     throw InputError(describe(dir, "", "checkpoint of another model shape: " + mismatch));
+  if (!vocab.empty() && read_file_bytes(dir + "/vocab.txt") != read_file_bytes(vocab))
+    throw InputError(describe(dir, "", "checkpoint trained with another vocab than " + vocab + " (its own is vocab.txt there)"));
   load_state(model, SafetensorsFile::open(dir + "/model.safetensors"));
   SafetensorsFile moments = SafetensorsFile::open(dir + "/optimizer.safetensors");
   torch::NoGradGuard no_grad;
@@ -297,7 +299,7 @@ nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hook
     resume_from = found.empty() ? "" : found.back().string();
   }
   if (!resume_from.empty()) {
-    state = load_checkpoint(resume_from, model, optimizer);
+    state = load_checkpoint(resume_from, options.vocab, model, optimizer);
     resumed_from_step = state.global_step;
     spdlog::info("resumed from {} at step {} (epoch {}, micro-batch {})", resume_from, state.global_step, state.epoch,
                  state.micro_batches_done);

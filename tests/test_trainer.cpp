@@ -203,7 +203,7 @@ TEST_F(Trainer, GradientAccumulationMatchesOneLargerBatch) {
   }
 }
 
-TEST_F(Trainer, RefusesACheckpointOfAnotherShape) {
+TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
   test::TempDir run;
   TrainOptions o = options(run.path());
   o.eval_dir.clear();
@@ -220,6 +220,17 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShape) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("checkpoint of another model shape: intermediate_size 128 (this run: 64)"), std::string::npos)
         << e.what();
+  }
+  o.model_config = data_->file("config.json");
+  std::string other_vocab = read_file(test::vocab_path());
+  std::swap(other_vocab[other_vocab.find("the")], other_vocab[other_vocab.find("the") + 1]);  // same size, other tokens
+  test::write_text(run.file("vocab.txt"), other_vocab);
+  o.vocab = run.file("vocab.txt");
+  try {
+    train(o);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint trained with another vocab"), std::string::npos) << e.what();
   }
 }
 
