@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "mpibert/model.hpp"
+#include "mpibert/process.hpp"
 
 int main(int argc, char** argv) {
   std::string preset = "small";
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps after one warm-up step")->capture_default_str();
   app.add_flag("--separate-qkv", separate_qkv, "three Q/K/V matmuls instead of one fused");
   CLI11_PARSE(app, argc, argv);
+  mpibert::keep_freed_memory_for_reuse();
 
   const mpibert::BertConfig config = mpibert::BertConfig::preset(preset);
   if (batch == 0) batch = preset == "base" ? 2 : 32;

@@ -9,6 +9,7 @@
 
 #include "mpibert/batching.hpp"
 #include "mpibert/optim.hpp"
+#include "mpibert/process.hpp"
 #include "mpibert/sampler.hpp"
 #include "mpibert/trainer.hpp"
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  mpibert::keep_freed_memory_for_reuse();
 
   const mpibert::BertConfig config = mpibert::BertConfig::preset(preset);
   if (batch == 0) batch = preset == "base" ? 2 : 32;

@@ -4,9 +4,11 @@
 
 #include "mpibert/cli.hpp"
 #include "mpibert/error.hpp"
+#include "mpibert/process.hpp"
 #include "mpibert/squad_metrics.hpp"
 
 int main(int argc, char** argv) {
+  mpibert::keep_freed_memory_for_reuse();
   CLI::App app{"mpibert: distributed BERT fine-tuning for SQuAD"};
   app.require_subcommand(1);
 
