@@ -45,12 +45,6 @@ std::vector<int64_t> gather_to_root(const std::vector<int64_t>& local) {
   return all;
 }
 
-int64_t sum_over_ranks(int64_t local) {
-  int64_t global = 0;
-  MPI_Allreduce(&local, &global, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  return global;
-}
-
 double max_over_ranks(double local) {
   double global = 0;
   MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

@@ -89,19 +89,12 @@ bool is_python_space(char32_t c) {
          category == UTF8PROC_CATEGORY_ZP;
 }
 
-namespace {
-// Byte range of `text` without leading (and optionally trailing) Python whitespace.
-std::string strip_impl(std::string_view text, bool trailing) {
+std::string lstrip(std::string_view text) {
   std::u32string cps;
   decode(text, cps);  // callers pass validated UTF-8
-  size_t begin = 0, end = cps.size();
-  while (begin < end && is_python_space(cps[begin])) ++begin;
-  while (trailing && end > begin && is_python_space(cps[end - 1])) --end;
-  return encode(std::u32string_view(cps).substr(begin, end - begin));
+  size_t begin = 0;
+  while (begin < cps.size() && is_python_space(cps[begin])) ++begin;
+  return encode(std::u32string_view(cps).substr(begin));
 }
-}  // namespace
-
-std::string lstrip(std::string_view text) { return strip_impl(text, false); }
-std::string strip(std::string_view text) { return strip_impl(text, true); }
 
 }  // namespace mpibert::utf8

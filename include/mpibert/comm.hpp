@@ -34,7 +34,6 @@ int lowest_failing_rank(bool local_ok);
 // Rank 0 receives every rank's value (in rank order); other ranks get an empty vector.
 std::vector<int64_t> gather_to_root(const std::vector<int64_t>& local);
 
-int64_t sum_over_ranks(int64_t local);
 double max_over_ranks(double local);
 
 // Ends the whole job at once: for failures outside the agreed protocol (bugs, crashes).

@@ -28,8 +28,7 @@ std::string substr(std::string_view text, size_t begin, size_t end);
 // Python's str.isspace(): Unicode White_Space plus the ASCII separators 0x1c-0x1f.
 bool is_python_space(char32_t c);
 
-// Python's str.lstrip() / strip() with no argument.
+// Python's str.lstrip() with no argument.
 std::string lstrip(std::string_view text);
-std::string strip(std::string_view text);
 
 }  // namespace mpibert::utf8
