@@ -159,6 +159,21 @@ SquadDataset parse_squad(const std::string& path, const std::string& text) {
   return data;
 }
 
+SquadDataset single_question(const std::string& origin, const std::string& id, const std::string& context,
+                             const std::string& question, std::vector<Answer> answers) {
+  SquadDataset data;
+  data.path = origin;
+  data.contexts = {context};
+  Example example;
+  example.id = id;
+  example.question = question;
+  example.answers = std::move(answers);
+  example.is_impossible = example.answers.empty();
+  data.examples = {std::move(example)};
+  data.articles = {ArticleRange{"", 0, 1, 0, 1, 1.0}};
+  return data;
+}
+
 SquadDataset read_squad(const std::string& path) { return parse_squad(path, read_file(path)); }
 
 }  // namespace mpibert

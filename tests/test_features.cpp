@@ -25,17 +25,7 @@ std::string letters(int n) {
 }
 
 SquadDataset one_example(const std::string& context, const std::string& question, std::vector<Answer> answers) {
-  SquadDataset data;
-  data.path = "synthetic.json";
-  data.contexts = {context};
-  Example example;
-  example.id = "q1";
-  example.question = question;
-  example.answers = std::move(answers);
-  example.is_impossible = example.answers.empty();
-  data.examples = {example};
-  data.articles = {ArticleRange{"t", 0, 1, 0, 1, 1.0}};
-  return data;
+  return single_question("synthetic.json", "q1", context, question, std::move(answers));
 }
 
 std::vector<int32_t> context_begins(const FeatureTable& table, size_t feature, size_t token_start) {

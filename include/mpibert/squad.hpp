@@ -38,6 +38,11 @@ struct SquadDataset {
   std::vector<ArticleRange> articles;
 };
 
+// A dataset of one question about one context (one article), e.g. for `mpibert predict`.
+// `origin` names it in error messages; no answers means unanswerable.
+SquadDataset single_question(const std::string& origin, const std::string& id, const std::string& context,
+                             const std::string& question, std::vector<Answer> answers = {});
+
 // Parses and validates a SQuAD JSON file, plain or gzip. Checks: valid JSON and UTF-8, schema
 // (data/paragraphs/context/qas/id/question/answers), unique ids, answer_start inside the context
 // and matching the answer text, is_impossible consistent with answers.

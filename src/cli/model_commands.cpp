@@ -115,14 +115,7 @@ int ModelCommands::Impl::run_eval() {
 int ModelCommands::Impl::run_predict() {
   WordPieceTokenizer tokenizer(Vocab::load(model_dir + "/vocab.txt"));
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
-  SquadDataset data;
-  data.path = "--context/--question";
-  data.contexts = {context};
-  Example example;
-  example.id = "question";
-  example.question = question;
-  example.is_impossible = true;  // no gold answer
-  data.examples = {example};
+  const SquadDataset data = single_question("--context/--question", "question", context, question);
   ShardHeader header;
   header.split = "eval";
   FeatureStore store = FeatureStore::from_shard(build_shard(data, 0, 1, tokenizer, header));
