@@ -72,8 +72,8 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
     if (name.rfind("checkpoint-", 0) == 0) checkpoints.push_back(name);
   ASSERT_EQ(checkpoints.size(), 2u);
   EXPECT_EQ(test::TempDir::entries_of(run.file("checkpoint-" + std::to_string(steps))),
-            (std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors", "tokenizer_config.json",
-                                      "trainer_state.json", "vocab.txt"}));
+            (std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors", "rank-0.safetensors",
+                                      "tokenizer_config.json", "trainer_state.json", "vocab.txt"}));
   const std::string events = run.file("tensorboard/" + test::TempDir::entries_of(run.file("tensorboard")).front());
   std::map<std::string, int> counts;
   for (const auto& scalar : read_tensorboard_scalars(events)) ++counts[scalar.tag];

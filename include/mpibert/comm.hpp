@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace mpibert {
 
-// Owns MPI_Init/MPI_Finalize for a process.
+// Owns MPI_Init_thread/MPI_Finalize for a process. Asks for MPI_THREAD_MULTIPLE: the MPI
+// communicator's worker thread runs collectives while the main thread may call MPI too.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -18,10 +20,47 @@ class MpiSession {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Rank among the processes of this node (MPI_Comm_split_type SHARED): the GPU a rank uses.
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
+
+// The rank and size of MPI_COMM_WORLD, or 0 and 1 when MPI is not initialized.
+int world_rank();
+int world_size();
+
+// An error another rank reported (and logged); this rank only leaves with a non-zero status.
+class PeerFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How long a host-side or tensor collective may wait before the job is ended (seconds, <= 0:
+// forever). Set once from --collective-timeout.
+void set_collective_timeout(double seconds);
+double collective_timeout();
+
+// Logs "collective timed out after N s on rank R while waiting for WHAT" and ends the job.
+[[noreturn]] void report_collective_timeout(const std::string& what, double waited_seconds);
+
+// Sums (or takes the maximum of) `values` over ranks, element by element, within the collective
+// timeout; `what` names the operation in a timeout report.
+std::vector<double> sum_over_ranks(std::vector<double> values, const std::string& what);
+std::vector<double> max_over_ranks(std::vector<double> values, const std::string& what);
+
+// Every rank's string, in rank order, on every rank.
+std::vector<std::string> all_gather_strings(const std::string& local);
+
+// Rank 0 receives every rank's values concatenated in rank order; other ranks get nothing.
+std::vector<float> gather_to_root(const std::vector<float>& local, const std::string& what);
+
+// Rank `root`'s string, on every rank.
+std::string broadcast_string(std::string value, int root, const std::string& what);
+
+void barrier(const std::string& what);
 
 // True on every rank iff `local_ok` is true on every rank. Ranks that failed take part too, so
 // nobody waits in a collective for a rank that gave up.

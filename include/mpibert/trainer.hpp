@@ -1,7 +1,10 @@
 // The training loop, readable top to bottom: batches from shards (dynamic padding), forward,
-// backward, [gradient synchronization across ranks: the ddp module plugs in here], clipping,
-// AdamW with the linear schedule; progress lines, TensorBoard scalars, checkpoints that resume
-// exactly, and evaluation with HF post-processing and the official metrics at the end.
+// backward (gradient buckets reduced across ranks as they fill), clipping, AdamW with the linear
+// schedule; progress lines, TensorBoard scalars, checkpoints that resume exactly, and evaluation
+// split across ranks with HF post-processing and the official metrics on rank 0.
+//
+// Under mpirun/srun every rank calls train() with the same options (checked at start): each
+// reads its own part of every epoch, and the global batch is batch_size x ranks x accumulation.
 #pragma once
 
 #include <functional>
@@ -11,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpibert/batching.hpp"
+#include "mpibert/ddp.hpp"
 #include "mpibert/eval.hpp"
 #include "mpibert/model.hpp"
 #include "mpibert/profiling.hpp"
@@ -35,6 +39,7 @@ struct TrainOptions {
   uint64_t seed = 42;
   Padding padding = Padding::kDynamic;
   bool group_by_length = false;     // HF's group_by_length: batches of similar length, less padding
+  int64_t max_steps = 0;            // > 0: train this many steps (overrides epochs), as HF's max_steps
   int64_t stop_after_steps = 0;     // stop (with a checkpoint) after this many steps; the schedule is unchanged
   int64_t logging_steps = 10, save_steps = 0, save_total_limit = 2;
   int64_t eval_batch_size = 64;
@@ -43,12 +48,12 @@ struct TrainOptions {
   ModelOptions model;
   bool profile = false;  // Chrome trace of the training steps in output_dir/profile/
   ProfileSchedule profile_schedule;
+  DataParallelOptions parallel;  // used when there is more than one rank
 };
 
-// Hooks for the data-parallel layer: the trainer itself is single-process.
-struct TrainHooks {
-  std::function<void(std::vector<torch::Tensor>&)> synchronize_gradients;  // between backward and clipping
-};
+// The exit status after SIGTERM/SIGUSR1: the run checkpointed and asks its job to be requeued
+// (EX_TEMPFAIL).
+inline constexpr int kExitRequeue = 75;
 
 struct EvalResult {
   nlohmann::ordered_json metrics;  // the official scorer's keys
@@ -60,19 +65,26 @@ struct EvalResult {
 // The real length of every feature, for group_by_length.
 std::vector<int32_t> feature_lengths(const FeatureStore& store);
 
-// Runs training (and evaluation when eval_dir is set); writes the run directory and returns
-// results.json's content.
-nlohmann::ordered_json train(const TrainOptions& options, const TrainHooks& hooks = {});
+// Runs training (and evaluation when eval_dir is set) on every rank of MPI_COMM_WORLD (one process
+// when MPI is not initialized); rank 0 writes the run directory. Returns results.json's content.
+// After SIGTERM or SIGUSR1 the ranks agree to stop after the current step, checkpoint, and return
+// with results["preempted"] true.
+nlohmann::ordered_json train(const TrainOptions& options);
 
-// Start and end logits of every feature (real positions only) and the mean loss over features.
+// Start and end logits of features [first, last) (real positions only; the vectors are indexed by
+// feature, others left empty) and the summed loss over them.
 struct FeatureLogits {
   std::vector<std::vector<float>> start, end;
-  double loss = 0;
+  double loss_sum = 0;
 };
-FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size);
+FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size,
+                             int64_t first = 0, int64_t last = -1);
 
 // Logits, HF post-processing (v2 rules when the gold has unanswerable questions), prediction
 // files in `predictions_dir`, and the official metrics against the gold answers in the shards.
+// With several ranks, each computes the logits of a contiguous run of whole batches (the same
+// batches as one rank would make), rank 0 gathers them in feature order, post-processes, writes
+// and scores; every rank returns the metrics.
 EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
                     int64_t batch_size, const PostprocessOptions& postprocess);
 

@@ -5,6 +5,7 @@
 
 #include "mpibert/cli.hpp"
 #include "mpibert/checkpoint.hpp"
+#include "mpibert/comm.hpp"
 #include "mpibert/io.hpp"
 #include "mpibert/prep.hpp"
 #include "mpibert/logging.hpp"
@@ -15,8 +16,10 @@ namespace mpibert {
 struct ModelCommands::Impl {
   CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr;
   TrainOptions options;
-  std::string padding = "dynamic", log_level = "info";
+  std::string padding = "dynamic", log_level = "info", strategy = "ddp";
   int threads = 0;
+  double collective_timeout = 300;
+  bool log_all_ranks = false;
   // eval and predict
   std::string model_dir, data_dir, output_dir, context, question;
   int64_t batch_size = 64;
@@ -42,6 +45,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--vocab", o.vocab, "vocab.txt, copied into checkpoints")->required();
   c->add_option("--resume", o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");
   c->add_option("--epochs", o.epochs)->capture_default_str();
+  c->add_option("--max-steps", o.max_steps, "train this many optimizer steps instead (overrides --epochs)")->capture_default_str();
   c->add_option("--batch-size", o.batch_size, "per micro-batch")->capture_default_str();
   c->add_option("--gradient-accumulation", o.gradient_accumulation)->capture_default_str();
   c->add_option("--learning-rate", o.learning_rate)->capture_default_str();
@@ -69,8 +73,16 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--profile-wait", o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
   c->add_option("--profile-warmup", o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
   c->add_option("--profile-active", o.profile_schedule.active, "steps it records")->capture_default_str();
-  c->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
+  c->add_option("--strategy", impl_->strategy, "with several ranks: ddp (all-reduce) or zero1 (optimizer state sharded)")
+      ->check(CLI::IsMember({"ddp", "zero1"}))
+      ->capture_default_str();
+  c->add_option("--bucket-mb", o.parallel.bucket_mb, "gradient bucket size in MiB (DDP's bucket_cap_mb)")->capture_default_str();
+  c->add_option("--collective-timeout", impl_->collective_timeout,
+                "seconds a rank waits in a collective before it reports what it waited for and ends the job (0: forever)")
+      ->capture_default_str();
+  c->add_option("--threads", impl_->threads, "LibTorch threads per rank (0: LibTorch's default)")->capture_default_str();
   c->add_option("--log-level", impl_->log_level)->capture_default_str();
+  c->add_flag("--log-all-ranks", impl_->log_all_ranks, "log info lines from every rank, not only rank 0");
 
   for (CLI::App* command : {impl_->eval = app.add_subcommand("eval", "evaluate an HF model directory on prepared shards"),
                             impl_->predict = app.add_subcommand("predict", "answer one question about one context")}) {
@@ -93,20 +105,38 @@ ModelCommands::~ModelCommands() = default;
 bool ModelCommands::parsed() const { return impl_->train->parsed() || impl_->eval->parsed() || impl_->predict->parsed(); }
 
 int ModelCommands::run() {
-  init_logging(0, 1, impl_->log_level);
   if (impl_->threads > 0) torch::set_num_threads(impl_->threads);
-  if (impl_->eval->parsed()) return impl_->run_eval();
-  if (impl_->predict->parsed()) return impl_->run_predict();
-  return impl_->run_train();
+  if (impl_->predict->parsed()) {
+    init_logging(0, 1, impl_->log_level);
+    return impl_->run_predict();
+  }
+  // train and eval run on every rank of an mpirun/srun job (or as one process).
+  MpiSession mpi(nullptr, nullptr);
+  init_logging(mpi.rank(), mpi.size(), impl_->log_level, impl_->log_all_ranks);
+  set_collective_timeout(impl_->collective_timeout);
+  try {
+    return impl_->eval->parsed() ? impl_->run_eval() : impl_->run_train();
+  } catch (const PeerFailure& e) {
+    spdlog::debug("{}", e.what());  // the failing rank printed the error
+    return 1;
+  } catch (const std::exception& e) {
+    if (mpi.size() == 1) throw;
+    // Other ranks may be inside a collective: end the whole job now, with this rank's message.
+    spdlog::error("{}", e.what());
+    spdlog::default_logger()->flush();
+    abort_job(1);
+  }
 }
 
 int ModelCommands::Impl::run_eval() {
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
   EvalResult result = evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess);
+  if (world_rank() != 0) return 0;
   nlohmann::ordered_json metrics = result.metrics;
   metrics["eval_loss"] = result.loss;
   metrics["eval_samples"] = result.samples;
   metrics["eval_runtime"] = result.seconds;
+  metrics["eval_ranks"] = world_size();
   write_file_atomic(output_dir + "/eval_results.json", metrics.dump(2) + "\n");
   std::cout << metrics.dump() << "\n";
   return 0;
@@ -135,9 +165,15 @@ int ModelCommands::Impl::run_train() {
     return 2;
   }
   options.padding = padding == "full" ? Padding::kFull : Padding::kDynamic;
-  std::filesystem::create_directories(options.output_dir);
-  write_file_atomic(options.output_dir + "/train_config.toml", "[train]\n" + train->config_to_str(true, true));
+  options.parallel.strategy = parse_strategy(strategy);
+  const bool root = world_rank() == 0;
+  if (root) {
+    std::filesystem::create_directories(options.output_dir);
+    write_file_atomic(options.output_dir + "/train_config.toml", "[train]\n" + train->config_to_str(true, true));
+  }
   nlohmann::ordered_json results = mpibert::train(options);
+  if (results["preempted"].get<bool>()) return kExitRequeue;
+  if (!root) return 0;
   std::cout << "results: " << options.output_dir << "/results.json\n";
   for (const char* key : {"eval_exact_match", "eval_exact", "eval_f1"})
     if (results.contains(key)) std::cout << key << " = " << results[key].dump() << "\n";

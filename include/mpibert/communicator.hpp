@@ -1,0 +1,75 @@
+// Collectives on torch tensors, the data-parallel layer's only view of the network: MPI for CPU
+// tensors, NCCL for CUDA tensors (compiled only when the LibTorch found has CUDA).
+//
+// Every operation is asynchronous: it is queued in call order on the communicator's own worker
+// (MPI: a thread that issues non-blocking calls on a private duplicate of MPI_COMM_WORLD; NCCL:
+// a CUDA stream ordered after the caller's stream by events) and returns a Work to wait on, so
+// gradient buckets are reduced while backward goes on. Ranks must issue the same operations in
+// the same order, as with any collective. A collective that does not complete within the timeout
+// logs what this rank was waiting for and ends the job.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace mpibert {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation is complete (for NCCL: until the caller's current stream is
+  // ordered after it, so tensors can be used right away).
+  virtual void wait() = 0;
+  // How long the data transfer took, from the moment every rank was there to completion, and when
+  // it completed (valid after wait()): with the end of backward, they tell how much of the
+  // transfer was hidden behind computation.
+  virtual double seconds() const = 0;
+  virtual std::chrono::steady_clock::time_point completed_at() const = 0;
+};
+
+// What a communicator did so far: the time its operations spent transferring, and the bytes.
+struct CommunicatorStats {
+  double busy_seconds = 0;
+  int64_t operations = 0;
+  int64_t bytes = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+
+  // `what` names the operation in timeout reports ("all-reduce of gradient bucket 3").
+  // Sum over ranks, in place.
+  virtual std::shared_ptr<Work> all_reduce_sum(torch::Tensor tensor, const std::string& what) = 0;
+  // `input` holds size() equal blocks; rank r receives the sum of everyone's block r in `output`.
+  virtual std::shared_ptr<Work> reduce_scatter_sum(torch::Tensor input, torch::Tensor output, const std::string& what) = 0;
+  // `output` holds size() equal blocks; block r receives rank r's `input`. `input` may be block
+  // rank() of `output` itself (in place).
+  virtual std::shared_ptr<Work> all_gather(torch::Tensor input, torch::Tensor output, const std::string& what) = 0;
+  virtual std::shared_ptr<Work> broadcast(torch::Tensor tensor, int root, const std::string& what) = 0;
+  // Waits until every rank got here, after this communicator's queued operations.
+  virtual void barrier(const std::string& what) = 0;
+
+  virtual CommunicatorStats stats() const = 0;
+  // Ends the job's use of the network after a failure, without waiting for peers.
+  virtual void abort() = 0;
+};
+
+// MPI on MPI_COMM_WORLD (a duplicate of it): CPU tensors, contiguous, float32/float64/int64.
+// `timeout_seconds` <= 0 waits forever.
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds);
+
+// True when this build has the NCCL backend (LibTorch with CUDA and NCCL were found).
+bool nccl_available();
+
+// NCCL on the CUDA device `device_index` (usually the local rank): the unique id comes from rank 0
+// over MPI. Throws when this build has no NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(int device_index, double timeout_seconds);
+
+}  // namespace mpibert

@@ -1,0 +1,242 @@
+// The MPI backend of Communicator, as PyTorch's ProcessGroupMPI: one worker thread per
+// communicator takes operations in call order and runs each as a blocking MPI collective on a
+// private duplicate of MPI_COMM_WORLD, while the caller's thread goes on computing. Blocking
+// collectives use Open MPI's tuned algorithms (a 17 MB all-reduce: 7.7 ms here, against 9.5 ms for
+// MPI_Iallreduce polled by MPI_Test); a watchdog thread enforces the collective timeout.
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "mpibert/comm.hpp"
+#include "mpibert/communicator.hpp"
+#include "mpibert/error.hpp"
+
+namespace mpibert {
+namespace {
+
+MPI_Datatype mpi_type(const torch::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case torch::kFloat: return MPI_FLOAT;
+    case torch::kDouble: return MPI_DOUBLE;
+    case torch::kLong: return MPI_INT64_T;
+    case torch::kInt: return MPI_INT32_T;
+    case torch::kByte: return MPI_UINT8_T;
+    default: throw std::invalid_argument(std::string("MPI communicator: unsupported dtype ") + c10::toString(tensor.scalar_type()));
+  }
+}
+
+void require_cpu_contiguous(const torch::Tensor& tensor, const char* role) {
+  if (!tensor.device().is_cpu() || !tensor.is_contiguous())
+    throw std::invalid_argument(std::string("MPI communicator: the ") + role + " must be a contiguous CPU tensor");
+}
+
+int count_of(const torch::Tensor& tensor) {
+  if (tensor.numel() > INT32_MAX) throw std::invalid_argument("MPI communicator: tensor too large for one MPI call");
+  return static_cast<int>(tensor.numel());
+}
+
+class MpiWork : public Work {
+ public:
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_changed_.wait(lock, [&] { return done_; });
+  }
+  double seconds() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return seconds_;
+  }
+  std::chrono::steady_clock::time_point completed_at() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_at_;
+  }
+  void complete(double seconds) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      seconds_ = seconds;
+      completed_at_ = std::chrono::steady_clock::now();
+      done_ = true;
+    }
+    done_changed_.notify_all();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  double seconds_ = 0;
+  std::chrono::steady_clock::time_point completed_at_;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(double timeout_seconds) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    if (timeout_seconds > 0) set_collective_timeout(timeout_seconds);
+    worker_ = std::thread([this] { run_worker(); });
+    watchdog_ = std::thread([this] { run_watchdog(); });
+  }
+
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    queue_changed_.notify_all();
+    watchdog_wake_.notify_all();
+    worker_.join();
+    watchdog_.join();
+    MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  std::shared_ptr<Work> all_reduce_sum(torch::Tensor tensor, const std::string& what) override {
+    require_cpu_contiguous(tensor, "all-reduce tensor");
+    const auto bytes = tensor.nbytes();
+    return enqueue(what, static_cast<int64_t>(bytes), [this, tensor] {
+      MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count_of(tensor), mpi_type(tensor), MPI_SUM, comm_);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter_sum(torch::Tensor input, torch::Tensor output, const std::string& what) override {
+    require_cpu_contiguous(input, "reduce-scatter input");
+    require_cpu_contiguous(output, "reduce-scatter output");
+    if (input.numel() != output.numel() * size_ || input.scalar_type() != output.scalar_type())
+      throw std::invalid_argument("reduce-scatter: the input must hold size() blocks of the output's size and dtype");
+    return enqueue(what, static_cast<int64_t>(input.nbytes()), [this, input, output] {
+      MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count_of(output), mpi_type(output), MPI_SUM, comm_);
+    });
+  }
+
+  std::shared_ptr<Work> all_gather(torch::Tensor input, torch::Tensor output, const std::string& what) override {
+    require_cpu_contiguous(input, "all-gather input");
+    require_cpu_contiguous(output, "all-gather output");
+    if (output.numel() != input.numel() * size_ || input.scalar_type() != output.scalar_type())
+      throw std::invalid_argument("all-gather: the output must hold size() blocks of the input's size and dtype");
+    const bool in_place = input.data_ptr() == static_cast<char*>(output.data_ptr()) + input.nbytes() * static_cast<size_t>(rank_);
+    return enqueue(what, static_cast<int64_t>(output.nbytes()), [this, input, output, in_place] {
+      MPI_Allgather(in_place ? MPI_IN_PLACE : input.data_ptr(), count_of(input), mpi_type(input), output.data_ptr(),
+                    count_of(input), mpi_type(output), comm_);
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(torch::Tensor tensor, int root, const std::string& what) override {
+    require_cpu_contiguous(tensor, "broadcast tensor");
+    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), [this, tensor, root] {
+      MPI_Bcast(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), root, comm_);
+    });
+  }
+
+  void barrier(const std::string& what) override {
+    enqueue(what, 0, [this] { MPI_Barrier(comm_); })->wait();
+  }
+
+  CommunicatorStats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void abort() override { abort_job(1); }
+
+ private:
+  struct Operation {
+    std::string what;
+    int64_t bytes;
+    std::function<void()> run;
+    std::shared_ptr<MpiWork> work;
+  };
+
+  std::shared_ptr<Work> enqueue(const std::string& what, int64_t bytes, std::function<void()> run) {
+    auto work = std::make_shared<MpiWork>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back({what, bytes, std::move(run), work});
+    }
+    queue_changed_.notify_one();
+    return work;
+  }
+
+  void run_worker() {
+    for (;;) {
+      Operation operation;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        queue_changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        operation = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_flight_ = operation.what;
+        in_flight_since_ = std::chrono::steady_clock::now();
+      }
+      wait_for_every_rank();
+      const auto start = std::chrono::steady_clock::now();
+      operation.run();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_flight_.clear();
+        stats_.busy_seconds += seconds;
+        stats_.operations += 1;
+        stats_.bytes += operation.bytes;
+      }
+      operation.work->complete(seconds);
+    }
+  }
+
+  // Waits, sleeping, until every rank has reached this operation. Open MPI's collectives spin
+  // while they wait for peers; on CPU that spinning takes cores from backward, which still runs
+  // while early buckets wait for the other ranks. Once all are there, the transfer itself spins
+  // briefly at full speed.
+  void wait_for_every_rank() {
+    MPI_Request request;
+    MPI_Ibarrier(comm_, &request);
+    for (int done = 0;;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Ends the job when the operation in flight has waited longer than the collective timeout.
+  void run_watchdog() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      watchdog_wake_.wait_for(lock, std::chrono::milliseconds(200));
+      const double timeout = collective_timeout();
+      if (in_flight_.empty() || timeout <= 0) continue;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - in_flight_since_).count();
+      if (waited > timeout) report_collective_timeout(in_flight_, waited);
+    }
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  mutable std::mutex mutex_;
+  std::condition_variable queue_changed_, watchdog_wake_;
+  std::deque<Operation> queue_;
+  bool stopping_ = false;
+  CommunicatorStats stats_;
+  std::string in_flight_;  // empty: nothing
+  std::chrono::steady_clock::time_point in_flight_since_;
+  std::thread worker_, watchdog_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds) {
+  return std::make_unique<MpiCommunicator>(timeout_seconds);
+}
+
+}  // namespace mpibert
