@@ -17,8 +17,8 @@
 #   DYNAMIC      1              also a dynamic-padding + --group-by-length pair (1 and 2 ranks), small config only
 #   REPEATS      1              runs of every row; the table then shows the median and the min-max
 #   BIND         none           mpirun --bind-to (see below)
-#   SHARDS       results/main/shards/train when scripts/main_job.sh made it; otherwise made here
-#   WORK         build/bench-parallel   shards (when made here), run directories, a copy of the binary
+#   SHARDS       WORK/shards/train: copied from results/main/shards/train (scripts/main_job.sh), or made here
+#   WORK         build/bench-parallel   shards, run directories, a copy of the binary
 #   MPIBERT      build/bin/mpibert      copied into WORK first, so a rebuild during the benchmark
 #                                        cannot mix two versions
 #   IDLE_WAIT    0              on a shared machine: before each run, wait up to this many seconds
@@ -63,13 +63,16 @@ mkdir -p "$WORK/bin"
 cp -p "$MPIBERT" "$WORK/bin/mpibert"
 bin="$WORK/bin/mpibert"
 
-# The training shards: main_job.sh's, or the same split (40 articles) prepared here.
+# The training shards: a copy of main_job.sh's (which a new main job deletes first), or the same
+# split (the first 40 articles of the bundled dev set) prepared here.
 if [ -z "${SHARDS:-}" ]; then
-  if [ -f results/main/shards/train/manifest.json ]; then
-    SHARDS=results/main/shards/train
-  else
-    SHARDS="$WORK/shards/train"
-    if [ ! -f "$SHARDS/manifest.json" ]; then
+  SHARDS="$WORK/shards/train"
+  if [ ! -f "$SHARDS/manifest.json" ]; then
+    rm -rf "$SHARDS"
+    mkdir -p "$WORK/shards"
+    if [ -f results/main/shards/train/manifest.json ]; then
+      cp -r results/main/shards/train "$SHARDS"
+    else
       mkdir -p "$WORK/data"
       build/bin/mpibert-prep split data_prep/data/squad/dev-v1.1.json.gz --articles 0:-8 --out "$WORK/data/train.json"
       RANKS=2 jobs/prep_squad.sh "$WORK/data/train.json" "$SHARDS" train --log-level warn
@@ -221,5 +224,5 @@ for key, runs in rows.items():
     print(f"| {model} | {ranks}x{threads} | {strategy if ranks > 1 else '–'} | {padding} | {runs[0]['batch']} | {runs[0]['timed_steps']} | "
           f"{spread(rates, '{:.2f}')} | {speedup} | {steps_range} | {comm('{:.0f}', 'transfer_ms')} | "
           f"{comm('{:.0f}%', 'hidden')} | {comm('{:.0f}', 'wait_ms')} | {runs[0]['state_mib']:.1f} | "
-          f"{', '.join(f"{r['others']:.2f}" for r in runs)} |")
+          f"{', '.join('%.2f' % r['others'] for r in runs)} |")
 EOF

@@ -31,7 +31,7 @@ void wait_for(MPI_Request& request, const std::string& what) {
     std::this_thread::yield();
     if (timeout > 0 && polls % 1024 == 0) {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > timeout) report_collective_timeout(what, waited);
+      if (waited > timeout) report_collective_timeout(what, waited, timeout);
     }
   }
 }
@@ -91,10 +91,10 @@ int world_size() {
 void set_collective_timeout(double seconds) { collective_timeout_seconds = seconds; }
 double collective_timeout() { return collective_timeout_seconds; }
 
-void report_collective_timeout(const std::string& what, double waited_seconds) {
-  spdlog::error("collective timed out after {:.0f} s (--collective-timeout {:.0f}) on rank {} while waiting for {}; "
+void report_collective_timeout(const std::string& what, double waited_seconds, double timeout_seconds) {
+  spdlog::error("collective timed out after {:.0f} s (--collective-timeout {:g}) on rank {} while waiting for {}; "
                 "another rank is stuck or has died: ending the job",
-                waited_seconds, collective_timeout(), world_rank(), what);
+                waited_seconds, timeout_seconds, world_rank(), what);
   spdlog::default_logger()->flush();
   abort_job(1);
 }

@@ -4,6 +4,7 @@
 // collectives use Open MPI's tuned algorithms (a 17 MB all-reduce: 7.7 ms here, against 9.5 ms for
 // MPI_Iallreduce polled by MPI_Test); a watchdog thread enforces the collective timeout.
 #include <mpi.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -74,11 +75,10 @@ class MpiWork : public Work {
 
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(double timeout_seconds) {
+  explicit MpiCommunicator(double timeout_seconds) : timeout_seconds_(timeout_seconds) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    if (timeout_seconds > 0) set_collective_timeout(timeout_seconds);
     worker_ = std::thread([this] { run_worker(); });
     watchdog_ = std::thread([this] { run_watchdog(); });
   }
@@ -101,9 +101,10 @@ class MpiCommunicator : public Communicator {
 
   std::shared_ptr<Work> all_reduce_sum(torch::Tensor tensor, const std::string& what) override {
     require_cpu_contiguous(tensor, "all-reduce tensor");
-    const auto bytes = tensor.nbytes();
-    return enqueue(what, static_cast<int64_t>(bytes), [this, tensor] {
-      MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count_of(tensor), mpi_type(tensor), MPI_SUM, comm_);
+    const MPI_Datatype type = mpi_type(tensor);
+    const int count = count_of(tensor);
+    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), [this, tensor, type, count] {
+      MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count, type, MPI_SUM, comm_);
     });
   }
 
@@ -112,8 +113,11 @@ class MpiCommunicator : public Communicator {
     require_cpu_contiguous(output, "reduce-scatter output");
     if (input.numel() != output.numel() * size_ || input.scalar_type() != output.scalar_type())
       throw std::invalid_argument("reduce-scatter: the input must hold size() blocks of the output's size and dtype");
-    return enqueue(what, static_cast<int64_t>(input.nbytes()), [this, input, output] {
-      MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count_of(output), mpi_type(output), MPI_SUM, comm_);
+    const MPI_Datatype type = mpi_type(output);
+    const int count = count_of(output);
+    static_cast<void>(count_of(input));  // checks the size
+    return enqueue(what, static_cast<int64_t>(input.nbytes()), [this, input, output, type, count] {
+      MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, MPI_SUM, comm_);
     });
   }
 
@@ -123,16 +127,21 @@ class MpiCommunicator : public Communicator {
     if (output.numel() != input.numel() * size_ || input.scalar_type() != output.scalar_type())
       throw std::invalid_argument("all-gather: the output must hold size() blocks of the input's size and dtype");
     const bool in_place = input.data_ptr() == static_cast<char*>(output.data_ptr()) + input.nbytes() * static_cast<size_t>(rank_);
-    return enqueue(what, static_cast<int64_t>(output.nbytes()), [this, input, output, in_place] {
-      MPI_Allgather(in_place ? MPI_IN_PLACE : input.data_ptr(), count_of(input), mpi_type(input), output.data_ptr(),
-                    count_of(input), mpi_type(output), comm_);
+    const MPI_Datatype type = mpi_type(input);
+    const int count = count_of(input);
+    static_cast<void>(count_of(output));  // checks the size
+    return enqueue(what, static_cast<int64_t>(output.nbytes()), [this, input, output, in_place, type, count] {
+      MPI_Allgather(in_place ? MPI_IN_PLACE : input.data_ptr(), count, type, output.data_ptr(), count, type, comm_);
     });
   }
 
   std::shared_ptr<Work> broadcast(torch::Tensor tensor, int root, const std::string& what) override {
     require_cpu_contiguous(tensor, "broadcast tensor");
-    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), [this, tensor, root] {
-      MPI_Bcast(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), root, comm_);
+    if (root < 0 || root >= size_) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is not a rank");
+    const MPI_Datatype type = mpi_type(tensor);
+    const int count = count_of(tensor);
+    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), [this, tensor, root, type, count] {
+      MPI_Bcast(tensor.data_ptr(), count, type, root, comm_);
     });
   }
 
@@ -182,7 +191,12 @@ class MpiCommunicator : public Communicator {
       }
       wait_for_every_rank();
       const auto start = std::chrono::steady_clock::now();
-      operation.run();
+      try {
+        operation.run();
+      } catch (const std::exception& e) {  // MPI reports errors by ending the job; anything else is a bug
+        spdlog::error("{} failed on the communication thread: {}", operation.what, e.what());
+        abort_job(1);
+      }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -214,14 +228,14 @@ class MpiCommunicator : public Communicator {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       watchdog_wake_.wait_for(lock, std::chrono::milliseconds(200));
-      const double timeout = collective_timeout();
-      if (in_flight_.empty() || timeout <= 0) continue;
+      if (in_flight_.empty() || timeout_seconds_ <= 0) continue;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - in_flight_since_).count();
-      if (waited > timeout) report_collective_timeout(in_flight_, waited);
+      if (waited > timeout_seconds_) report_collective_timeout(in_flight_, waited, timeout_seconds_);
     }
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  double timeout_seconds_;
   int rank_ = 0, size_ = 1;
   mutable std::mutex mutex_;
   std::condition_variable queue_changed_, watchdog_wake_;

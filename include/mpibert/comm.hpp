@@ -44,7 +44,7 @@ void set_collective_timeout(double seconds);
 double collective_timeout();
 
 // Logs "collective timed out after N s on rank R while waiting for WHAT" and ends the job.
-[[noreturn]] void report_collective_timeout(const std::string& what, double waited_seconds);
+[[noreturn]] void report_collective_timeout(const std::string& what, double waited_seconds, double timeout_seconds);
 
 // Sums (or takes the maximum of) `values` over ranks, element by element, within the collective
 // timeout; `what` names the operation in a timeout report.
