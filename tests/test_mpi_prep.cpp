@@ -122,17 +122,3 @@ TEST(MpiPrep, FailureOnTheLastRankFailsEveryRankAndLeavesNoFiles) {
 
 }  // namespace
 }  // namespace mpibert
-
-int main(int argc, char** argv) {
-  mpibert::MpiSession mpi(&argc, &argv);
-  mpibert::init_logging(mpi.rank(), mpi.size(), "warn");
-  ::testing::InitGoogleTest(&argc, argv);
-  if (mpi.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0;
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any_failed;
-}
