@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -527,10 +529,24 @@ nlohmann::ordered_json train(const TrainOptions& options) {
                store.num_features(), total_steps, steps_per_epoch, global_batch, options.batch_size, options.gradient_accumulation,
                ranks.size, warmup, count_parameters(*model));
 
+  // Rank 0 logs scalars to TensorBoard and, for scripts (results/compare), one JSON object per
+  // step and per evaluation to metrics.jsonl (appended to on resume; the last line of a step wins).
   std::optional<TensorBoardWriter> tensorboard;
-  if (ranks.root()) tensorboard.emplace(options.output_dir + "/tensorboard");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics_log(nullptr, &std::fclose);
+  if (ranks.root()) {
+    tensorboard.emplace(options.output_dir + "/tensorboard");
+    const std::string path = options.output_dir + "/metrics.jsonl";
+    metrics_log.reset(std::fopen(path.c_str(), "a"));
+    if (!metrics_log) throw InputError(describe(path, "", std::string("cannot open for appending: ") + std::strerror(errno)));
+  }
   auto scalar = [&](const std::string& tag, double value, int64_t step) {
     if (tensorboard) tensorboard->add_scalar(tag, value, step);
+  };
+  auto log_metrics = [&](const nlohmann::ordered_json& line) {
+    if (!metrics_log) return;
+    const std::string text = line.dump() + "\n";
+    if (std::fwrite(text.data(), 1, text.size(), metrics_log.get()) != text.size() || std::fflush(metrics_log.get()) != 0)
+      throw InputError(describe(options.output_dir + "/metrics.jsonl", "", std::string("write failed: ") + std::strerror(errno)));
   };
   // Evaluation at a step (every rank takes part): metrics into TensorBoard, prediction files into
   // the run directory, and the best F1 into the trainer state (so checkpoints carry it).
@@ -545,6 +561,9 @@ nlohmann::ordered_json train(const TrainOptions& options) {
     last_eval_step = state.global_step;
     eval_seconds += seconds_since(t);
     scalar("eval/loss", last_eval->loss, state.global_step);
+    nlohmann::ordered_json line = {{"step", state.global_step}, {"eval_loss", last_eval->loss}};
+    for (const auto& [key, value] : last_eval->metrics.items()) line["eval_" + key] = value;
+    log_metrics(line);
     for (const char* key : {"exact_match", "exact", "f1", "best_f1"})
       if (last_eval->metrics.contains(key)) scalar(std::string("eval/") + key, last_eval->metrics[key].get<double>(), state.global_step);
     const double f1 = last_eval->metrics["f1"].get<double>();
@@ -635,6 +654,14 @@ nlohmann::ordered_json train(const TrainOptions& options) {
       scalar("train/grad_norm", grad_norm, state.global_step);
       scalar("train/samples_per_second", samples_per_second, state.global_step);
       scalar("train/step_time", step_time, state.global_step);
+      log_metrics({{"step", state.global_step},
+                   {"epoch", static_cast<double>(state.global_step) / static_cast<double>(steps_per_epoch)},
+                   {"loss", step_loss},
+                   {"learning_rate", lr},
+                   {"grad_norm", grad_norm},
+                   {"samples_per_second", samples_per_second},
+                   {"step_time", step_time},
+                   {"seconds", seconds_since(run_start)}});
       if (options.logging_steps > 0 && (state.global_step % options.logging_steps == 0 || state.global_step == total_steps)) {
         const double eta = seconds_since(loop_start) / static_cast<double>(steps_this_run) * static_cast<double>(total_steps - state.global_step);
         spdlog::info("step {}/{} epoch {:.2f} loss {:.4f} lr {:.3e} grad_norm {:.3f} samples/s {:.1f} ETA {}", state.global_step,

@@ -82,6 +82,18 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   const int64_t evaluations = steps / 4 + (steps % 4 != 0);  // every 4 steps and at the end
   EXPECT_EQ(counts["eval/f1"], evaluations);
   EXPECT_EQ(counts["eval/exact_match"], evaluations);
+  // metrics.jsonl: a line per step and one per evaluation, matching the TensorBoard scalars.
+  int train_lines = 0, eval_lines = 0;
+  for (const auto& line : test::read_lines(run.file("metrics.jsonl"))) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.contains("loss")) {
+      ++train_lines;
+      EXPECT_EQ(record["step"], train_lines);
+    }
+    if (record.contains("eval_f1")) ++eval_lines;
+  }
+  EXPECT_EQ(train_lines, steps);
+  EXPECT_EQ(eval_lines, evaluations);
   const auto state = nlohmann::json::parse(read_file(run.file("checkpoint-" + std::to_string(steps) + "/trainer_state.json")));
   EXPECT_EQ(state["best_metric"].get<double>(), results["best_eval_f1"].get<double>());
   EXPECT_GE(results["best_eval_f1"].get<double>(), results["eval_f1"].get<double>());
