@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mpibert needs, only those missing, without recommends.
 # libopenblas0-openmp matters: without it Debian's LibTorch uses reference BLAS (9-25x slower).
+# python3-matplotlib (for /usr/bin/python3) draws results/compare's plots.
 set -euo pipefail
 
 packages=(
@@ -10,6 +11,7 @@ packages=(
   libhdf5-dev libcli11-dev libspdlog-dev libgtest-dev
   nlohmann-json3-dev libutf8proc-dev zlib1g-dev
   libprotobuf-dev protobuf-compiler
+  python3-matplotlib
 )
 
 missing=()

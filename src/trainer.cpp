@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -353,6 +354,15 @@ std::string format_duration(double seconds) {
   return buffer;
 }
 
+// "model name" from /proc/cpuinfo, for the run record ("" where there is none).
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0)
+      if (auto colon = line.find(':'); colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+  return "";
+}
+
 nlohmann::ordered_json environment(int64_t world_size, const std::string& backend) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -365,6 +375,8 @@ nlohmann::ordered_json environment(int64_t world_size, const std::string& backen
   return {{"host", host},
           {"world_size", world_size},
           {"devices", "cpu"},
+          {"cpu_model", cpu_model()},
+          {"cpus_online", std::thread::hardware_concurrency()},
           {"communication", backend},
           {"torch_threads", torch::get_num_threads()},
           {"libtorch", TORCH_VERSION},
