@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Prepares SQuAD features as HDF5 shards with one MPI rank per shard.
 #   jobs/prep_squad.sh INPUT.json[.gz] OUT_DIR [train|eval] [extra mpibert-prep options]
-# Inside a SLURM allocation the ranks come from srun (one per task); elsewhere from
-# `mpirun -n $RANKS` (default 2).
+# Inside a SLURM allocation the ranks are the job's tasks, launched as jobs/lib.sh chooses
+# (srun --mpi=pmix, else mpirun); elsewhere `mpirun -n $RANKS --bind-to none` (default 2).
+# VOCAB (default: jobs/site.env's, the bundled bert-base-uncased vocab.txt) and MPIBERT_BIN_DIR
+# come from the site settings. The prep job (jobs/submit.sh prep) runs the same for train and eval.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-source "$root/scripts/env.sh"
+[ $# -ge 2 ] || { sed -n '2,7s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+mpibert_setup
 input=$1 out=$2 split=${3:-train}
 shift $(( $# < 3 ? $# : 3 ))
-vocab=${VOCAB:-$root/data_prep/data/bert-base-uncased/vocab.txt}
-prep=("$root/build/bin/mpibert-prep" --input "$input" --vocab "$vocab" --out "$out" --split "$split" "$@")
-if [ -n "${SLURM_JOB_ID:-}" ]; then
-  srun "${prep[@]}"  # the cluster's MpiDefault picks the PMI flavour
-else
-  mpirun -n "${RANKS:-2}" --bind-to none "${prep[@]}"
-fi
+if [ "$MPIBERT_SCHEDULER" = slurm ]; then ranks=${SLURM_NTASKS:-1}; else ranks=${RANKS:-2}; fi
+mpibert_launcher "$ranks"
+exec "${LAUNCH[@]}" "$MPIBERT_BIN_DIR/mpibert-prep" --input "$input" --vocab "$VOCAB" --out "$out" --split "$split" "$@"

@@ -55,17 +55,23 @@ struct DataParallel::Impl {
   double exposed_seconds = 0, busy_seconds = 0, exposed_transfer_seconds = 0;
   int64_t bytes = 0;
 
+  // Reverse registration order; a bucket closes when the next parameter would take it past its
+  // capacity (the first bucket's is small, so its reduction starts early in backward).
   void build_buckets() {
     const double mib = 1024.0 * 1024.0;
+    double bucket_bytes = 0;
     for (size_t k = parameters.size(); k-- > 0;) {
-      const double cap = (buckets.size() <= 1 ? options.first_bucket_mb : options.bucket_mb) * mib;
-      const auto bytes = static_cast<double>(parameters[k].numel()) * static_cast<double>(parameters[k].element_size());
-      if (buckets.empty() || (!buckets.back().members.empty() && static_cast<double>(buckets.back().numel) * 4.0 + bytes > cap))
+      const double capacity = (buckets.size() <= 1 ? options.first_bucket_mb : options.bucket_mb) * mib;
+      const double parameter_bytes = static_cast<double>(parameters[k].nbytes());
+      if (buckets.empty() || (!buckets.back().members.empty() && bucket_bytes + parameter_bytes > capacity)) {
         buckets.emplace_back();
+        bucket_bytes = 0;
+      }
       Bucket& bucket = buckets.back();
       bucket.offsets.push_back(bucket.numel);
       bucket.members.push_back(k);
       bucket.numel += parameters[k].numel();
+      bucket_bytes += parameter_bytes;
     }
     bucket_of.resize(parameters.size());
     torch::NoGradGuard no_grad;
