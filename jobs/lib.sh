@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared code of the mpibert jobs (jobs/*.sbatch, jobs/local.sh, jobs/prep_squad.sh); sourced, bash.
 #
 #   mpibert_load_site                 MPIBERT_ROOT, site settings (jobs/site.env or $MPIBERT_SITE)
@@ -348,7 +349,7 @@ mpibert_train_job() {
   args+=(--output-dir "$RUN_DIR")
   local command=("${LAUNCH[@]}" "$MPIBERT_BIN_DIR/mpibert" train "${args[@]}" "${user_args[@]}")
 
-  cd "$MPIBERT_ROOT"  # configs name their files relative to the repository root
+  cd "$MPIBERT_ROOT" || return 1  # configs name their files relative to the repository root
   mpibert_log_begin "$(mpibert__quote "${command[@]}")"
   local status
   if [ ! -x "$MPIBERT_BIN_DIR/mpibert" ]; then
@@ -378,7 +379,7 @@ mpibert_prep_job() {
   mpibert_identity prep "$ranks"
   mpibert_run_dir "prep-${ranks}r-$MPIBERT_JOB_ID"
   mpibert_launcher "$ranks"
-  cd "$MPIBERT_ROOT"
+  cd "$MPIBERT_ROOT" || return 1
   local commands=() split input
   for split in train eval; do
     if [ "$split" = train ]; then input=$train_input; else input=$eval_input; fi

@@ -10,7 +10,7 @@
 # with this machine's CPUs and one partition "debug". Nothing outside DIR is touched, so it runs
 # beside a system SLURM (none is needed) and several can run at once.
 #
-# Environment: SLURM_TEST_CPUS (CPUs of the node, default nproc), SLURM_TEST_CRED_EXPIRE
+# Environment: SLURM_TEST_CPUS (CPUs of the node, default: this machine's, nproc), SLURM_TEST_CRED_EXPIRE
 # (seconds a requeued job waits before it starts again, default 5; SLURM's own default is 120),
 # SLURM_TEST_DEBUG (slurmctld/slurmd log level, default info).
 set -euo pipefail
@@ -121,7 +121,8 @@ start() {
   rm -f "$dir/run/ports"
   local user cpus ctld_port slurmd_port
   user=$(id -un)
-  cpus=${SLURM_TEST_CPUS:-$(nproc)}
+  # Not plain nproc: it answers OMP_NUM_THREADS when that is set (ctest sets it to 1).
+  cpus=${SLURM_TEST_CPUS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 
   # --- munge: its own key, socket, pid, seed and log --------------------------------------
   local key="$dir/munge/munge.key" socket="$dir/munge/munge.socket.2"
@@ -187,6 +188,7 @@ KillWait=15
 InactiveLimit=0
 Waittime=0
 MessageTimeout=30
+MailProg=/bin/true
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
