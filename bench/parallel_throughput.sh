@@ -14,7 +14,10 @@
 #   BASE_WARMUP  1
 #   BASE_BATCH   4
 #   STRATEGIES   "ddp zero1"    strategies of the 2-rank full-padding rows
+#   ONE_THREAD   small          models that also get a 1 rank x 1 thread row: twice its rate is what
+#                                2 ranks x 1 thread would reach with no communication or imbalance cost
 #   DYNAMIC      1              also a dynamic-padding + --group-by-length pair (1 and 2 ranks), small config only
+#   TRAIN_ARGS   ""             more `mpibert train` flags for every run, e.g. "--bucket-mb 4"
 #   REPEATS      1              runs of every row; the table then shows the median and the min-max
 #   BIND         core           mpirun --bind-to (see below)
 #   SHARDS       WORK/shards/train: copied from results/main/shards/train (scripts/main_job.sh), or made here
@@ -57,6 +60,8 @@ STEPS=${STEPS:-20} WARMUP=${WARMUP:-2} BATCH=${BATCH:-32}
 BASE_STEPS=${BASE_STEPS:-3} BASE_WARMUP=${BASE_WARMUP:-1} BASE_BATCH=${BASE_BATCH:-4}
 STRATEGIES=${STRATEGIES:-ddp zero1}
 DYNAMIC=${DYNAMIC:-1}
+ONE_THREAD=${ONE_THREAD-small}
+TRAIN_ARGS=${TRAIN_ARGS:-}
 REPEATS=${REPEATS:-1}
 BIND=${BIND:-core}
 IDLE_WAIT=${IDLE_WAIT:-0} IDLE_MAX=${IDLE_MAX:-0.3} RETRIES=${RETRIES:-0}
@@ -111,7 +116,7 @@ run() {
     index=$((index + 1))
     local out="$runs/$(printf %03d $index)"
     local cmd=("$bin" train --model-config "$config" --vocab "$VOCAB" --train-shards "$SHARDS" --output-dir "$out"
-               --max-steps "$steps" --batch-size "$batch" --threads "$threads" --logging-steps 0 --log-level warn "$@")
+               --max-steps "$steps" --batch-size "$batch" --threads "$threads" --logging-steps 0 --log-level warn "$@" $TRAIN_ARGS)
     [ "$ranks" -gt 1 ] && cmd=(mpirun -n "$ranks" --bind-to "$BIND" "${cmd[@]}" --strategy "$strategy")
     for ((attempt = 0; ; ++attempt)); do
       wait_for_idle
@@ -139,6 +144,7 @@ for model in $MODELS; do
     *) echo "unknown model '$model' (small, base)" >&2; exit 2 ;;
   esac
   run "$model" "$config" "$batch" "$steps" "$warmup" 1 2 - full --padding full
+  [[ " $ONE_THREAD " == *" $model "* ]] && run "$model" "$config" "$batch" "$steps" "$warmup" 1 1 - full --padding full
   for strategy in $STRATEGIES; do
     run "$model" "$config" "$batch" "$steps" "$warmup" 2 1 "$strategy" full --padding full
   done
@@ -229,7 +235,7 @@ for key, runs in rows.items():
     model, ranks, threads, strategy, padding = key
     base = rows.get((model, 1, 2, "-", padding))
     rates = [r["rate"] for r in runs]
-    speedup = f"{med(rates) / med([r['rate'] for r in base]):.2f}x" if base and ranks > 1 else ("1.00x" if ranks == 1 else "–")
+    speedup = f"{med(rates) / med([r['rate'] for r in base]):.2f}x" if base and (ranks, threads) != (1, 2) else ("1.00x" if ranks == 1 and threads == 2 else "–")
     steps_range = f"{min(r['step_min'] for r in runs):.2f}–{max(r['step_max'] for r in runs):.2f}"
     comm = (lambda f, name: spread([r[name] for r in runs], f)) if ranks > 1 else (lambda f, name: "–")
     print(f"| {model} | {ranks}x{threads} | {strategy if ranks > 1 else '–'} | {padding} | {runs[0]['batch']} | {runs[0]['timed_steps']} | "
