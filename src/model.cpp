@@ -8,10 +8,6 @@
 #include "mpibert/error.hpp"
 #include "mpibert/io.hpp"
 
-#if TORCH_VERSION_MAJOR >= 2
-#define MPIBERT_HAVE_SDPA 1
-#endif
-
 namespace mpibert {
 
 // ---------------------------------------------------------------------------------------------
@@ -138,36 +134,21 @@ nlohmann::ordered_json BertConfig::to_json() const {
 namespace {
 
 // Enables bf16 autocast for one device type for its lifetime, restoring the previous state.
-// The autocast API moved between LibTorch 1.x (per-device functions) and 2.4+ (device argument).
 class Bf16AutocastGuard {
  public:
   Bf16AutocastGuard(bool enabled, c10::DeviceType device) : enabled_(enabled), device_(device) {
     if (!enabled_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     was_enabled_ = at::autocast::is_autocast_enabled(device_);
     previous_dtype_ = at::autocast::get_autocast_dtype(device_);
     at::autocast::set_autocast_enabled(device_, true);
     at::autocast::set_autocast_dtype(device_, at::kBFloat16);
-#else
-    const bool cpu = device_ == c10::DeviceType::CPU;
-    was_enabled_ = cpu ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
-    previous_dtype_ = cpu ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
-    cpu ? at::autocast::set_cpu_enabled(true) : at::autocast::set_enabled(true);
-    cpu ? at::autocast::set_autocast_cpu_dtype(at::kBFloat16) : at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-#endif
     at::autocast::increment_nesting();
   }
   ~Bf16AutocastGuard() {
     if (!enabled_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     at::autocast::set_autocast_enabled(device_, was_enabled_);
     at::autocast::set_autocast_dtype(device_, previous_dtype_);
-#else
-    const bool cpu = device_ == c10::DeviceType::CPU;
-    cpu ? at::autocast::set_cpu_enabled(was_enabled_) : at::autocast::set_enabled(was_enabled_);
-    cpu ? at::autocast::set_autocast_cpu_dtype(previous_dtype_) : at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-#endif
   }
   Bf16AutocastGuard(const Bf16AutocastGuard&) = delete;
   Bf16AutocastGuard& operator=(const Bf16AutocastGuard&) = delete;
@@ -228,15 +209,10 @@ torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const 
     k = split_heads(key(hidden));
     v = split_heads(value(hidden));
   }
-  torch::Tensor context;
-#ifdef MPIBERT_HAVE_SDPA
-  // Flash / memory-efficient kernels on GPU; the same math as below.
-  context = at::scaled_dot_product_attention(q, k, v, additive_mask.to(q.dtype()), is_training() ? dropout->options.p() : 0.0);
-#else
-  auto scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_size_));
-  auto probabilities = dropout(torch::softmax(scores + additive_mask, -1));
-  context = torch::matmul(probabilities, v);
-#endif
+  // Flash / memory-efficient kernels on GPU where the mask allows, a fused CPU kernel otherwise;
+  // the additive padding mask is HF's, so the math is HF's eager attention.
+  const torch::Tensor context =
+      at::scaled_dot_product_attention(q, k, v, additive_mask.to(q.dtype()), is_training() ? dropout->options.p() : 0.0);
   return context.permute({0, 2, 1, 3}).reshape({batch, seq, heads_ * head_size_});
 }
 

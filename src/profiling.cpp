@@ -3,11 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 
-#include "mpibert/io.hpp"
 
 namespace mpibert {
 namespace {
@@ -24,20 +21,6 @@ std::set<ActivityType> activities(bool cuda) {
 }
 
 ProfilerConfig config() { return ProfilerConfig(ProfilerState::KINETO, /*report_input_shapes=*/true); }
-
-// Chrome trace event format: complete ("X") events with microsecond start and duration.
-std::string chrome_trace(const std::vector<profiler::KinetoEvent>& events) {
-  nlohmann::json trace_events = nlohmann::json::array();
-  for (const auto& event : events)
-    trace_events.push_back({{"name", event.name()},
-                            {"ph", "X"},
-                            {"cat", "cpu_op"},
-                            {"ts", event.startUs()},
-                            {"dur", event.durationUs()},
-                            {"pid", 0},
-                            {"tid", event.startThreadId()}});
-  return nlohmann::json{{"traceEvents", trace_events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
-}
 
 }  // namespace
 
@@ -71,12 +54,7 @@ void StepProfiler::finish() {
   done_ = true;
   auto result = profiler::disableProfiler();
   std::filesystem::create_directories(std::filesystem::path(trace_path_).parent_path());
-  try {
-    result->save(trace_path_);  // Kineto's own trace, GPU activity included
-  } catch (const c10::Error&) {
-    // LibTorch built without Kineto (Debian's): the CPU events are there all the same.
-    write_file_atomic(trace_path_, chrome_trace(result->events()));
-  }
+  result->save(trace_path_);  // Kineto's Chrome trace: CPU operators, our ranges, CUDA kernels and copies
   spdlog::info("profile: Chrome trace of {} step(s) in {} (open it in Perfetto)", schedule_.active, trace_path_);
 }
 
