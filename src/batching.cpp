@@ -5,7 +5,7 @@
 namespace mpibert {
 
 Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding,
-                 int64_t pad_token_id) {
+                 int64_t pad_token_id, bool pin_memory) {
   Batch batch;
   batch.feature_indices = feature_indices;
   const auto rows = static_cast<int64_t>(feature_indices.size());
@@ -14,7 +14,7 @@ Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_
   for (int64_t index : feature_indices) longest = std::max<int64_t>(longest, store.feature(index).length);
   batch.padded_length = padding == Padding::kFull ? max_seq_length : std::min(max_seq_length, (longest + 7) / 8 * 8);
 
-  const auto options = torch::TensorOptions().dtype(torch::kLong);
+  const auto options = torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin_memory);
   batch.input_ids = torch::full({rows, batch.padded_length}, pad_token_id, options);
   batch.token_type_ids = torch::zeros({rows, batch.padded_length}, options);
   batch.attention_mask = torch::zeros({rows, batch.padded_length}, options);
@@ -37,6 +37,46 @@ Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_
     batch.real_tokens += feature.length;
   }
   return batch;
+}
+
+Batch Batch::to(const torch::Device& device) const {
+  if (device.is_cpu()) return *this;
+  Batch moved = *this;
+  for (torch::Tensor* tensor : {&moved.input_ids, &moved.token_type_ids, &moved.attention_mask, &moved.start_positions,
+                                &moved.end_positions})
+    *tensor = tensor->to(device, /*non_blocking=*/true);
+  return moved;
+}
+
+BatchLoader::BatchLoader(const FeatureStore& store, std::vector<int64_t> order, int64_t batch_size, int64_t first,
+                         Padding padding, torch::Device device)
+    : store_(store),
+      order_(std::move(order)),
+      batch_size_(batch_size),
+      next_(first),
+      count_((static_cast<int64_t>(order_.size()) + batch_size - 1) / batch_size),
+      padding_(padding),
+      device_(device) {
+  if (!exhausted()) start(next_);
+}
+
+BatchLoader::~BatchLoader() {
+  if (pending_.valid()) pending_.wait();
+}
+
+void BatchLoader::start(int64_t micro_batch) {
+  const auto first = order_.begin() + micro_batch * batch_size_;
+  std::vector<int64_t> indices(first, first + std::min<int64_t>(batch_size_, static_cast<int64_t>(order_.size()) - micro_batch * batch_size_));
+  const bool pin = device_.is_cuda();
+  pending_ = std::async(std::launch::async, [this, indices = std::move(indices), pin] {
+    return make_batch(store_, indices, padding_, 0, pin);
+  });
+}
+
+Batch BatchLoader::next() {
+  Batch batch = pending_.get();
+  if (++next_ < count_) start(next_);
+  return batch.to(device_);
 }
 
 }  // namespace mpibert

@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -31,9 +32,8 @@ MPI_Datatype mpi_type(const torch::Tensor& tensor) {
   }
 }
 
-void require_cpu_contiguous(const torch::Tensor& tensor, const char* role) {
-  if (!tensor.device().is_cpu() || !tensor.is_contiguous())
-    throw std::invalid_argument(std::string("MPI communicator: the ") + role + " must be a contiguous CPU tensor");
+void require_contiguous(const torch::Tensor& tensor, const char* role) {
+  if (!tensor.is_contiguous()) throw std::invalid_argument(std::string("MPI communicator: the ") + role + " must be contiguous");
 }
 
 int count_of(const torch::Tensor& tensor) {
@@ -41,36 +41,68 @@ int count_of(const torch::Tensor& tensor) {
   return static_cast<int>(tensor.numel());
 }
 
+using Clock = std::chrono::steady_clock;
+
+struct HostMark : Mark {
+  Clock::time_point at = Clock::now();
+};
+
+// CUDA tensors travel through host copies: `host` is what MPI reads and writes, and a tensor
+// written by the operation gets its result back when the caller waits (on the caller's thread
+// and stream).
+struct Staging {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copy_back;  // (device tensor, host result)
+
+  torch::Tensor input(const torch::Tensor& tensor) const { return tensor.is_cuda() ? tensor.to(torch::kCPU) : tensor; }
+  torch::Tensor output(const torch::Tensor& tensor) {
+    if (!tensor.is_cuda()) return tensor;
+    torch::Tensor host = tensor.to(torch::kCPU);  // the current values: broadcast and in-place gathers keep some
+    copy_back.emplace_back(tensor, host);
+    return host;
+  }
+};
+
 class MpiWork : public Work {
  public:
+  explicit MpiWork(Staging staging) : staging_(std::move(staging)) {}
   void wait() override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_changed_.wait(lock, [&] { return done_; });
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_changed_.wait(lock, [&] { return done_; });
+    }
+    for (auto& [device, host] : staging_.copy_back) device.copy_(host);
+    staging_.copy_back.clear();
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
   }
   double seconds() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     return seconds_;
   }
-  std::chrono::steady_clock::time_point completed_at() const override {
+  double seconds_after(const Mark& mark) const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return completed_at_;
+    const double after = std::chrono::duration<double>(completed_at_ - dynamic_cast<const HostMark&>(mark).at).count();
+    return std::clamp(after, 0.0, seconds_);
   }
   void complete(double seconds) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       seconds_ = seconds;
-      completed_at_ = std::chrono::steady_clock::now();
+      completed_at_ = Clock::now();
       done_ = true;
     }
     done_changed_.notify_all();
   }
 
  private:
+  Staging staging_;
   mutable std::mutex mutex_;
   std::condition_variable done_changed_;
   bool done_ = false;
   double seconds_ = 0;
-  std::chrono::steady_clock::time_point completed_at_;
+  Clock::time_point completed_at_;
 };
 
 class MpiCommunicator : public Communicator {
@@ -100,54 +132,64 @@ class MpiCommunicator : public Communicator {
   std::string backend() const override { return "mpi"; }
 
   std::shared_ptr<Work> all_reduce_sum(torch::Tensor tensor, const std::string& what) override {
-    require_cpu_contiguous(tensor, "all-reduce tensor");
+    require_contiguous(tensor, "all-reduce tensor");
     const MPI_Datatype type = mpi_type(tensor);
     const int count = count_of(tensor);
-    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), [this, tensor, type, count] {
-      MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count, type, MPI_SUM, comm_);
+    Staging staging;
+    torch::Tensor data = staging.output(tensor);
+    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), std::move(staging), [this, data, type, count] {
+      MPI_Allreduce(MPI_IN_PLACE, data.data_ptr(), count, type, MPI_SUM, comm_);
     });
   }
 
   std::shared_ptr<Work> reduce_scatter_sum(torch::Tensor input, torch::Tensor output, const std::string& what) override {
-    require_cpu_contiguous(input, "reduce-scatter input");
-    require_cpu_contiguous(output, "reduce-scatter output");
+    require_contiguous(input, "reduce-scatter input");
+    require_contiguous(output, "reduce-scatter output");
     if (input.numel() != output.numel() * size_ || input.scalar_type() != output.scalar_type())
       throw std::invalid_argument("reduce-scatter: the input must hold size() blocks of the output's size and dtype");
     const MPI_Datatype type = mpi_type(output);
     const int count = count_of(output);
     static_cast<void>(count_of(input));  // checks the size
-    return enqueue(what, static_cast<int64_t>(input.nbytes()), [this, input, output, type, count] {
-      MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, type, MPI_SUM, comm_);
+    Staging staging;
+    torch::Tensor in = staging.input(input), out = staging.output(output);
+    return enqueue(what, static_cast<int64_t>(input.nbytes()), std::move(staging), [this, in, out, type, count] {
+      MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count, type, MPI_SUM, comm_);
     });
   }
 
   std::shared_ptr<Work> all_gather(torch::Tensor input, torch::Tensor output, const std::string& what) override {
-    require_cpu_contiguous(input, "all-gather input");
-    require_cpu_contiguous(output, "all-gather output");
+    require_contiguous(input, "all-gather input");
+    require_contiguous(output, "all-gather output");
     if (output.numel() != input.numel() * size_ || input.scalar_type() != output.scalar_type())
       throw std::invalid_argument("all-gather: the output must hold size() blocks of the input's size and dtype");
     const bool in_place = input.data_ptr() == static_cast<char*>(output.data_ptr()) + input.nbytes() * static_cast<size_t>(rank_);
     const MPI_Datatype type = mpi_type(input);
     const int count = count_of(input);
     static_cast<void>(count_of(output));  // checks the size
-    return enqueue(what, static_cast<int64_t>(output.nbytes()), [this, input, output, in_place, type, count] {
-      MPI_Allgather(in_place ? MPI_IN_PLACE : input.data_ptr(), count, type, output.data_ptr(), count, type, comm_);
+    Staging staging;
+    torch::Tensor out = staging.output(output), in = in_place ? torch::Tensor() : staging.input(input);
+    return enqueue(what, static_cast<int64_t>(output.nbytes()), std::move(staging), [this, in, out, in_place, type, count] {
+      MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count, type, out.data_ptr(), count, type, comm_);
     });
   }
 
   std::shared_ptr<Work> broadcast(torch::Tensor tensor, int root, const std::string& what) override {
-    require_cpu_contiguous(tensor, "broadcast tensor");
+    require_contiguous(tensor, "broadcast tensor");
     if (root < 0 || root >= size_) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is not a rank");
     const MPI_Datatype type = mpi_type(tensor);
     const int count = count_of(tensor);
-    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), [this, tensor, root, type, count] {
-      MPI_Bcast(tensor.data_ptr(), count, type, root, comm_);
+    Staging staging;
+    torch::Tensor data = staging.output(tensor);
+    return enqueue(what, static_cast<int64_t>(tensor.nbytes()), std::move(staging), [this, data, root, type, count] {
+      MPI_Bcast(data.data_ptr(), count, type, root, comm_);
     });
   }
 
   void barrier(const std::string& what) override {
-    enqueue(what, 0, [this] { MPI_Barrier(comm_); })->wait();
+    enqueue(what, 0, Staging{}, [this] { MPI_Barrier(comm_); })->wait();
   }
+
+  std::shared_ptr<Mark> mark() override { return std::make_shared<HostMark>(); }
 
   CommunicatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -164,8 +206,8 @@ class MpiCommunicator : public Communicator {
     std::shared_ptr<MpiWork> work;
   };
 
-  std::shared_ptr<Work> enqueue(const std::string& what, int64_t bytes, std::function<void()> run) {
-    auto work = std::make_shared<MpiWork>();
+  std::shared_ptr<Work> enqueue(const std::string& what, int64_t bytes, Staging staging, std::function<void()> run) {
+    auto work = std::make_shared<MpiWork>(std::move(staging));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back({what, bytes, std::move(run), work});

@@ -13,6 +13,7 @@
 #include <nccl.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -29,6 +30,8 @@ namespace mpibert {
 #if !defined(MPIBERT_WITH_NCCL)
 
 bool nccl_available() { return false; }
+
+std::string nccl_version() { return ""; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(int, double) {
   throw InputError("this mpibert was built without NCCL (its LibTorch has no CUDA): use CPU tensors and the MPI backend");
@@ -58,21 +61,28 @@ ncclDataType_t nccl_type(const torch::Tensor& tensor) {
 
 using Event = std::shared_ptr<at::cuda::CUDAEvent>;
 
+// An event on the caller's stream, with timing.
+struct CudaMark : Mark {
+  explicit CudaMark(c10::DeviceIndex device) : event(std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault)) {
+    event->record(c10::cuda::getCurrentCUDAStream(device));
+  }
+  Event event;
+};
+
 // Like c10d's ProcessGroupNCCL: waiting only orders the caller's stream after the operation, so
-// the host goes on queueing work.
+// the host goes on queueing work. The timings are read from events once they completed, so
+// reading them never blocks.
 class NcclWork : public Work {
  public:
   NcclWork(Event start, Event end, c10::DeviceIndex device) : start_(std::move(start)), end_(std::move(end)), device_(device) {}
   void wait() override { end_->block(c10::cuda::getCurrentCUDAStream(device_)); }
-  // The device time is known only once the operation ran: this one blocks the host until then.
-  double seconds() const override {
-    end_->synchronize();
-    return start_->elapsed_time(*end_) / 1000.0;
-  }
-  // Approximate: when the host saw it done.
-  std::chrono::steady_clock::time_point completed_at() const override {
-    end_->synchronize();
-    return std::chrono::steady_clock::now();
+  bool done() const override { return end_->query(); }
+  double seconds() const override { return start_->elapsed_time(*end_) / 1000.0; }
+  double seconds_after(const Mark& mark) const override {
+    const Event& at = dynamic_cast<const CudaMark&>(mark).event;
+    // A mark that has not happened yet comes after this completed operation.
+    if (!at->query()) return 0.0;
+    return std::clamp(at->elapsed_time(*end_) / 1000.0, 0.0, seconds());
   }
 
  private:
@@ -156,6 +166,8 @@ class NcclCommunicator : public Communicator {
     // The host blocks here; the watchdog still ends the job past the timeout.
     stream_.synchronize();
   }
+
+  std::shared_ptr<Mark> mark() override { return std::make_shared<CudaMark>(device_); }
 
   CommunicatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -267,6 +279,13 @@ class NcclCommunicator : public Communicator {
 }  // namespace
 
 bool nccl_available() { return true; }
+
+std::string nccl_version() {
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess) return "";
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9.
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
+}
 
 std::unique_ptr<Communicator> make_nccl_communicator(int device_index, double timeout_seconds) {
   return std::make_unique<NcclCommunicator>(device_index, timeout_seconds);

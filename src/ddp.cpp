@@ -6,7 +6,6 @@
 
 #include <chrono>
 
-#include "mpibert/comm.hpp"
 #include "mpibert/error.hpp"
 
 namespace mpibert {
@@ -54,6 +53,29 @@ struct DataParallel::Impl {
   std::vector<torch::Tensor> slice_grads;
   double exposed_seconds = 0, busy_seconds = 0, exposed_transfer_seconds = 0;
   int64_t bytes = 0;
+  // Reductions whose timings are not read yet: on a GPU they are read once complete, so that the
+  // statistics never make the host wait for the device.
+  struct Unaccounted {
+    std::vector<std::shared_ptr<Work>> works;
+    std::shared_ptr<Mark> end_of_backward;
+  };
+  std::vector<Unaccounted> unaccounted;
+
+  // Adds the timings of the finished reductions (all of them with `wait`) to the statistics.
+  void account(bool wait) {
+    auto finished = [&](const Unaccounted& u) {
+      return wait || std::all_of(u.works.begin(), u.works.end(), [](const auto& work) { return work->done(); });
+    };
+    auto first_unfinished = std::find_if_not(unaccounted.begin(), unaccounted.end(), finished);
+    for (auto it = unaccounted.begin(); it != first_unfinished; ++it) {
+      for (const auto& work : it->works) {
+        if (wait) work->wait();
+        busy_seconds += work->seconds();
+        exposed_transfer_seconds += work->seconds_after(*it->end_of_backward);
+      }
+    }
+    unaccounted.erase(unaccounted.begin(), first_unfinished);
+  }
 
   // Reverse registration order; a bucket closes when the next parameter would take it past its
   // capacity (the first bucket's is small, so its reduction starts early in backward).
@@ -211,6 +233,7 @@ void DataParallel::finish_gradient_sync() {
   Impl& d = *impl_;
   if (!d.synchronizing) return;
   const auto start = Clock::now();
+  Impl::Unaccounted reductions{{}, communicator_->mark()};
   // A parameter that took no part in this backward never reported: its (zero) gradient is
   // reduced anyway, so that every rank launches the same collectives.
   if (d.next_to_launch < d.buckets.size()) {
@@ -223,33 +246,30 @@ void DataParallel::finish_gradient_sync() {
   }
   for (Bucket& bucket : d.buckets) {
     bucket.work->wait();
-    // The part of the transfer after backward ended was not hidden.
-    const double transfer = bucket.work->seconds();
-    const double after_backward = std::chrono::duration<double>(bucket.work->completed_at() - start).count();
-    d.busy_seconds += transfer;
-    d.exposed_transfer_seconds += std::clamp(after_backward, 0.0, transfer);
+    reductions.works.push_back(bucket.work);
     d.bytes += static_cast<int64_t>(bucket.grads.nbytes());
   }
+  d.unaccounted.push_back(std::move(reductions));
+  d.account(/*wait=*/false);
   d.synchronizing = false;
   d.exposed_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double DataParallel::clip_and_step(double max_norm, double lr) {
+torch::Tensor DataParallel::clip_and_step(double max_norm, double lr) {
   Impl& d = *impl_;
   if (!sharded_) {
-    const double norm = clip_grad_norm(d.parameters, max_norm).item<double>();
+    torch::Tensor norm = clip_grad_norm(d.parameters, max_norm);
     d.optimizer->step(lr);
     return norm;
   }
   torch::NoGradGuard no_grad;
   // torch's clip_grad_norm_: the norm of the per-parameter norms. Each rank sums the squares of its
-  // slices per parameter; the sums add up across ranks.
-  std::vector<double> squares(d.parameters.size(), 0.0);
+  // slices per parameter (in float64); the sums add up across ranks, on the device.
+  torch::Tensor squares = torch::zeros({static_cast<int64_t>(d.parameters.size())}, d.buckets.front().grads.options().dtype(torch::kDouble));
   for (size_t s = 0; s < d.slice_grads.size(); ++s)
-    squares[d.slice_parameter[s]] += d.slice_grads[s].square().sum(torch::kDouble).item<double>();
-  squares = sum_over_ranks(std::move(squares), "all-reduce of the gradient norm");
-  torch::Tensor per_parameter = torch::tensor(squares, torch::kDouble).sqrt().to(torch::kFloat);
-  torch::Tensor total_norm = torch::norm(per_parameter, 2);
+    squares.narrow(0, static_cast<int64_t>(d.slice_parameter[s]), 1).add_(d.slice_grads[s].square().sum(torch::kDouble));
+  communicator_->all_reduce_sum(squares, "all-reduce of the gradient norm")->wait();
+  torch::Tensor total_norm = torch::norm(squares.sqrt().to(torch::kFloat), 2);
   torch::Tensor clip_coef = torch::clamp((total_norm + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
   for (auto& grad : d.slice_grads) grad.mul_(clip_coef);
   d.optimizer->step(lr);
@@ -261,7 +281,7 @@ double DataParallel::clip_and_step(double max_norm, double lr) {
                                               "all-gather of parameter bucket " + std::to_string(b)));
   }
   for (auto& work : works) work->wait();
-  return total_norm.item<double>();
+  return total_norm;
 }
 
 void DataParallel::zero_grad() {
@@ -311,6 +331,7 @@ int64_t DataParallel::optimizer_state_bytes() const {
 }
 
 SyncStats DataParallel::sync_stats() const {
+  impl_->account(/*wait=*/true);
   SyncStats stats;
   stats.exposed_seconds = impl_->exposed_seconds;
   stats.busy_seconds = impl_->busy_seconds;

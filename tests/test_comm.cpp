@@ -145,13 +145,13 @@ TEST_F(CommTest, OperationsQueuedBeforeAnyWaitCompleteInOrder) {
   std::vector<std::shared_ptr<Work>> works;
   for (const auto& [dtype, numel] : specs) tensors.push_back(all_reduce_input(dtype, numel, rank_));
   for (size_t k = 0; k < tensors.size(); ++k) works.push_back(comm_->all_reduce_sum(tensors[k], "queued all-reduce " + std::to_string(k)));
+  // Once the last is complete, every earlier one is.
+  works.back()->wait();
+  for (size_t k = 0; k + 1 < works.size(); ++k) EXPECT_TRUE(works[k]->done()) << "operation " << k << " completed out of order";
   for (size_t k = works.size(); k-- > 0;) works[k]->wait();
   for (size_t k = 0; k < specs.size(); ++k) {
     SCOPED_TRACE(::testing::Message() << "operation " << k);
     EXPECT_EQ(difference(tensors[k], all_reduce_expected(specs[k].first, specs[k].second, size_)), "");
-    if (k > 0) {
-      EXPECT_LE(works[k - 1]->completed_at(), works[k]->completed_at()) << "operations completed out of order";
-    }
   }
 }
 
@@ -160,7 +160,7 @@ TEST_F(CommTest, CommunicatorBarrierWaitsForQueuedOperations) {
   auto work = comm_->all_reduce_sum(tensor, "all-reduce before barrier");
   comm_->barrier("communicator barrier test");
   // No wait(): the barrier runs after the queued all-reduce, so it is complete already.
-  EXPECT_NE(work->completed_at(), Clock::time_point{}) << "the all-reduce had not completed when barrier() returned";
+  EXPECT_TRUE(work->done()) << "the all-reduce had not completed when barrier() returned";
   EXPECT_EQ(difference(tensor, all_reduce_expected(torch::kDouble, 1000, size_)), "");
   work->wait();
 }
@@ -233,15 +233,18 @@ TEST_F(CommTest, BroadcastFromTheFirstAndTheLastRank) {
 
 TEST_F(CommTest, StatsCountOperationsAndBytes) {
   const int64_t k = 1000;
-  auto check = [&](const CommunicatorStats& before, const std::shared_ptr<Work>& work, Clock::time_point issued, int64_t bytes,
-                   const char* name) {
+  // `issued`: a mark taken before the operation was queued; the whole transfer came after it, and
+  // none of it after a mark taken once it completed.
+  auto check = [&](const CommunicatorStats& before, const std::shared_ptr<Work>& work, const std::shared_ptr<Mark>& issued,
+                   int64_t bytes, const char* name) {
     SCOPED_TRACE(name);
     const CommunicatorStats after = comm_->stats();
     EXPECT_EQ(after.operations, before.operations + 1);
     EXPECT_EQ(after.bytes, before.bytes + bytes);
+    EXPECT_TRUE(work->done());
     EXPECT_GE(work->seconds(), 0.0);
-    EXPECT_GE(work->completed_at(), issued) << "completed before it was issued";
-    EXPECT_LE(work->completed_at(), Clock::now());
+    EXPECT_DOUBLE_EQ(work->seconds_after(*issued), work->seconds()) << "the transfer began before it was queued";
+    EXPECT_EQ(work->seconds_after(*comm_->mark()), 0.0) << "a transfer after its completion";
     EXPECT_GE(after.busy_seconds, before.busy_seconds);
     EXPECT_NEAR(after.busy_seconds - before.busy_seconds, work->seconds(), 1e-9);
   };
@@ -253,27 +256,27 @@ TEST_F(CommTest, StatsCountOperationsAndBytes) {
 
   auto tensor = torch::ones({k}, torch::kDouble);
   auto before = comm_->stats();
-  auto issued = Clock::now();
+  auto issued = comm_->mark();
   auto work = comm_->all_reduce_sum(tensor, "stats all-reduce");
   work->wait();
   check(before, work, issued, k * 8, "all-reduce");
 
   auto input = torch::ones({size_ * k}, torch::kFloat), output = torch::zeros({k}, torch::kFloat);
   before = comm_->stats();
-  issued = Clock::now();
+  issued = comm_->mark();
   work = comm_->reduce_scatter_sum(input, output, "stats reduce-scatter");
   work->wait();
   check(before, work, issued, size_ * k * 4, "reduce-scatter (bytes of the input)");
 
   auto gathered = torch::zeros({size_ * k}, torch::kLong), local = torch::ones({k}, torch::kLong);
   before = comm_->stats();
-  issued = Clock::now();
+  issued = comm_->mark();
   work = comm_->all_gather(local, gathered, "stats all-gather");
   work->wait();
   check(before, work, issued, size_ * k * 8, "all-gather (bytes of the output)");
 
   before = comm_->stats();
-  issued = Clock::now();
+  issued = comm_->mark();
   work = comm_->broadcast(tensor, 0, "stats broadcast");
   work->wait();
   check(before, work, issued, k * 8, "broadcast");

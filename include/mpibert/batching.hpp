@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <future>
 #include <vector>
 
 #include "mpibert/shards.hpp"
@@ -19,9 +20,37 @@ struct Batch {
   std::vector<int64_t> feature_indices;                     // global indices, in batch order
   int64_t padded_length = 0;
   int64_t real_tokens = 0;  // sum of real lengths: the work that is not padding
+
+  // The tensors on `device`; from pinned memory the copies do not block the host.
+  Batch to(const torch::Device& device) const;
 };
 
+// `pin_memory`: host tensors in page-locked memory, for asynchronous copies to a GPU (needs one).
 Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding,
-                 int64_t pad_token_id = 0);
+                 int64_t pad_token_id = 0, bool pin_memory = false);
+
+// The micro-batches of one epoch's feature order, from micro-batch `first` on, `batch_size`
+// features each (the last may be shorter), delivered on `device`. Each batch is made on a helper
+// thread while the step before it runs; on a GPU in pinned memory, copied without blocking.
+class BatchLoader {
+ public:
+  BatchLoader(const FeatureStore& store, std::vector<int64_t> order, int64_t batch_size, int64_t first, Padding padding,
+              torch::Device device);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  bool exhausted() const { return next_ >= count_; }
+  Batch next();
+
+ private:
+  void start(int64_t micro_batch);
+  const FeatureStore& store_;
+  std::vector<int64_t> order_;
+  int64_t batch_size_, next_, count_;
+  Padding padding_;
+  torch::Device device_;
+  std::future<Batch> pending_;
+};
 
 }  // namespace mpibert

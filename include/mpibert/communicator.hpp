@@ -17,17 +17,26 @@
 
 namespace mpibert {
 
+// A point in the caller's work, such as the end of backward: how much of a transfer came after it
+// is the part that computation did not hide. MPI: a host time; NCCL: an event on the caller's
+// CUDA stream (so reading it never makes the host wait for the GPU).
+class Mark {
+ public:
+  virtual ~Mark() = default;
+};
+
 class Work {
  public:
   virtual ~Work() = default;
   // Blocks until the operation is complete (for NCCL: until the caller's current stream is
-  // ordered after it, so tensors can be used right away).
+  // ordered after it, so tensors can be used right away; the host does not wait for the GPU).
   virtual void wait() = 0;
-  // How long the data transfer took, from the moment every rank was there to completion, and when
-  // it completed (valid after wait()): with the end of backward, they tell how much of the
-  // transfer was hidden behind computation.
+  // Whether the operation has completed, without waiting.
+  virtual bool done() const = 0;
+  // Valid once done(): how long the data transfer took, from the moment every rank was there to
+  // completion, and the part of it that came after `mark` (a mark of the same communicator).
   virtual double seconds() const = 0;
-  virtual std::chrono::steady_clock::time_point completed_at() const = 0;
+  virtual double seconds_after(const Mark& mark) const = 0;
 };
 
 // What a communicator did so far: the time its operations spent transferring, and the bytes.
@@ -55,21 +64,32 @@ class Communicator {
   virtual std::shared_ptr<Work> broadcast(torch::Tensor tensor, int root, const std::string& what) = 0;
   // Waits until every rank got here, after this communicator's queued operations.
   virtual void barrier(const std::string& what) = 0;
+  // Now, in the caller's order of work (see Mark).
+  virtual std::shared_ptr<Mark> mark() = 0;
 
   virtual CommunicatorStats stats() const = 0;
   // Ends the job's use of the network after a failure, without waiting for peers.
   virtual void abort() = 0;
 };
 
-// MPI on MPI_COMM_WORLD (a duplicate of it): CPU tensors, contiguous, float32/float64/int64.
-// `timeout_seconds` <= 0 waits forever.
+// MPI on MPI_COMM_WORLD (a duplicate of it): contiguous float32/float64/int64/int32/uint8
+// tensors. CUDA tensors are staged through host memory (copied to the host when the operation is
+// queued, back when the caller waits): slow, but it lets ranks that share one GPU, or GPUs
+// without NCCL between them, train together. `timeout_seconds` <= 0 waits forever.
 std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds);
 
 // True when this build has the NCCL backend (LibTorch with CUDA and NCCL were found).
 bool nccl_available();
+// The NCCL library's version ("2.28.9"), "" without NCCL.
+std::string nccl_version();
 
 // NCCL on the CUDA device `device_index` (usually the local rank): the unique id comes from rank 0
 // over MPI. Throws when this build has no NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(int device_index, double timeout_seconds);
+
+// --comm: "nccl" (CUDA tensors; needs a CUDA device and this build's NCCL), "mpi", or "auto" (NCCL
+// when the device is CUDA and NCCL is built, MPI otherwise). Throws InputError for a choice the
+// device or the build cannot serve.
+std::unique_ptr<Communicator> make_communicator(const std::string& choice, const torch::Device& device, double timeout_seconds);
 
 }  // namespace mpibert

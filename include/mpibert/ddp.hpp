@@ -42,7 +42,7 @@ struct DataParallelOptions {
 struct SyncStats {
   double exposed_seconds = 0;           // the training thread waited after backward (for slower ranks, then transfers)
   double busy_seconds = 0;              // gradient transfers took (from all ranks present to completion)
-  double exposed_transfer_seconds = 0;  // the part of those transfers that came after backward ended
+  double exposed_transfer_seconds = 0;  // the part of those transfers after backward ended (on a GPU: on its stream)
   int64_t bytes = 0;
   // Fraction of the transfer time that overlapped backward.
   double hidden_fraction() const { return busy_seconds > 0 ? 1.0 - exposed_transfer_seconds / busy_seconds : 0.0; }
@@ -67,8 +67,9 @@ class DataParallel {
   // parameter holds the average over ranks; zero1: this rank's slices do.
   void finish_gradient_sync();
   // Clips by the global gradient norm (torch's clip_grad_norm_) and takes one AdamW step; zero1
-  // then all-gathers the parameters. Returns the pre-clip norm.
-  double clip_and_step(double max_norm, double lr);
+  // then all-gathers the parameters. Returns the pre-clip norm, a scalar on the parameters' device
+  // (reading it is left to the caller, who may not want to wait for the device).
+  torch::Tensor clip_and_step(double max_norm, double lr);
   void zero_grad();
 
   // Checkpoints. ddp and one process: the whole state, identical on every rank (rank 0 saves it).
@@ -78,6 +79,7 @@ class DataParallel {
   void load_optimizer_state(const SafetensorsFile& file, const std::string& origin);
   int64_t optimizer_state_bytes() const;  // on this rank
 
+  // Waits for the timings of reductions still in flight.
   SyncStats sync_stats() const;
   int world_size() const { return communicator_ ? communicator_->size() : 1; }
   size_t num_buckets() const;

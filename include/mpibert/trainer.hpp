@@ -1,7 +1,9 @@
-// The training loop, readable top to bottom: batches from shards (dynamic padding), forward,
-// backward (gradient buckets reduced across ranks as they fill), clipping, AdamW with the linear
-// schedule; progress lines, TensorBoard scalars, checkpoints that resume exactly, and evaluation
-// split across ranks with HF post-processing and the official metrics on rank 0.
+// The training loop, readable top to bottom: batches from shards (dynamic padding, prefetched),
+// forward, backward (gradient buckets reduced across ranks as they fill), clipping, AdamW with the
+// linear schedule; progress lines, TensorBoard scalars and metrics.jsonl (run_log.hpp),
+// checkpoints that resume exactly (training_checkpoint.hpp), and evaluation split across ranks
+// with HF post-processing and the official metrics on rank 0 (evaluation.hpp). On the CPU or on
+// each rank's GPU (--device), without waiting for the GPU inside a step except at logging steps.
 //
 // Under mpirun/srun every rank calls train() with the same options (checked at start): each
 // reads its own part of every epoch, and the global batch is batch_size x ranks x accumulation.
@@ -15,7 +17,7 @@
 
 #include "mpibert/batching.hpp"
 #include "mpibert/ddp.hpp"
-#include "mpibert/eval.hpp"
+#include "mpibert/evaluation.hpp"
 #include "mpibert/model.hpp"
 #include "mpibert/profiling.hpp"
 
@@ -49,18 +51,14 @@ struct TrainOptions {
   bool profile = false;  // Chrome trace of the training steps in output_dir/profile/
   ProfileSchedule profile_schedule;
   DataParallelOptions parallel;  // used when there is more than one rank
+  std::string device = "auto";   // auto | cpu | cuda (device.hpp): each rank its node-local GPU
+  std::string comm = "auto";     // auto | mpi | nccl (communicator.hpp), with more than one rank
+  bool tf32 = false;             // TF32 matrix products for float32 on GPUs
 };
 
 // The exit status after SIGTERM/SIGUSR1: the run checkpointed and asks its job to be requeued
 // (EX_TEMPFAIL).
 inline constexpr int kExitRequeue = 75;
-
-struct EvalResult {
-  nlohmann::ordered_json metrics;  // the official scorer's keys
-  double loss = 0;
-  int64_t samples = 0;
-  double seconds = 0;
-};
 
 // The real length of every feature, for group_by_length.
 std::vector<int32_t> feature_lengths(const FeatureStore& store);
@@ -70,22 +68,5 @@ std::vector<int32_t> feature_lengths(const FeatureStore& store);
 // After SIGTERM or SIGUSR1 the ranks agree to stop after the current step, checkpoint, and return
 // with results["preempted"] true.
 nlohmann::ordered_json train(const TrainOptions& options);
-
-// Start and end logits of features [first, last) (real positions only; the vectors are indexed by
-// feature, others left empty) and the summed loss over them.
-struct FeatureLogits {
-  std::vector<std::vector<float>> start, end;
-  double loss_sum = 0;
-};
-FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size,
-                             int64_t first = 0, int64_t last = -1);
-
-// Logits, HF post-processing (v2 rules when the gold has unanswerable questions), prediction
-// files in `predictions_dir`, and the official metrics against the gold answers in the shards.
-// With several ranks, each computes the logits of a contiguous run of whole batches (the same
-// batches as one rank would make), rank 0 gathers them in feature order, post-processes, writes
-// and scores; every rank returns the metrics.
-EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
-                    int64_t batch_size, const PostprocessOptions& postprocess);
 
 }  // namespace mpibert

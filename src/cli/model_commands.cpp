@@ -6,6 +6,7 @@
 #include "mpibert/cli.hpp"
 #include "mpibert/checkpoint.hpp"
 #include "mpibert/comm.hpp"
+#include "mpibert/device.hpp"
 #include "mpibert/io.hpp"
 #include "mpibert/prep.hpp"
 #include "mpibert/logging.hpp"
@@ -21,7 +22,7 @@ struct ModelCommands::Impl {
   double collective_timeout = 300;
   bool log_all_ranks = false;
   // eval and predict
-  std::string model_dir, data_dir, output_dir, context, question;
+  std::string model_dir, data_dir, output_dir, context, question, device = "auto";
   int64_t batch_size = 64;
   PostprocessOptions postprocess;
 
@@ -68,7 +69,14 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--n-best-size", o.postprocess.n_best_size)->capture_default_str();
   c->add_option("--max-answer-length", o.postprocess.max_answer_length)->capture_default_str();
   c->add_option("--null-score-diff-threshold", o.postprocess.null_score_diff_threshold)->capture_default_str();
-  c->add_flag("--bf16", o.model.autocast_bf16, "bf16 autocast (GPU)");
+  c->add_option("--device", o.device, "auto (each rank its node-local GPU when there is one), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  c->add_option("--comm", o.comm, "with several ranks: auto (NCCL on GPUs, else MPI), mpi or nccl")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
+      ->capture_default_str();
+  c->add_flag("--bf16", o.model.autocast_bf16, "bf16 autocast, float32 master weights");
+  c->add_flag("--tf32", o.tf32, "TF32 for float32 matrix products on GPUs");
   c->add_flag("--profile", o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
   c->add_option("--profile-wait", o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
   c->add_option("--profile-warmup", o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
@@ -90,6 +98,9 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
     command->add_option("--n-best-size", impl_->postprocess.n_best_size)->capture_default_str();
     command->add_option("--max-answer-length", impl_->postprocess.max_answer_length)->capture_default_str();
     command->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
+    command->add_option("--device", impl_->device, "auto (a GPU when there is one), cpu or cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+        ->capture_default_str();
   }
   impl_->eval->add_option("--data", impl_->data_dir, "shards prepared with mpibert-prep --split eval")->required();
   impl_->eval->add_option("--output-dir", impl_->output_dir, "where predictions and metrics go")->required();
@@ -130,6 +141,7 @@ int ModelCommands::run() {
 
 int ModelCommands::Impl::run_eval() {
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
+  model->to(select_device(device, local_rank()));
   EvalResult result = evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess);
   if (world_rank() != 0) return 0;
   nlohmann::ordered_json metrics = result.metrics;
@@ -145,6 +157,7 @@ int ModelCommands::Impl::run_eval() {
 int ModelCommands::Impl::run_predict() {
   WordPieceTokenizer tokenizer(Vocab::load(model_dir + "/vocab.txt"));
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
+  model->to(select_device(device, 0));
   const SquadDataset data = single_question("--context/--question", "question", context, question);
   ShardHeader header;
   header.split = "eval";

@@ -1,0 +1,33 @@
+// Where a rank computes: --device auto|cpu|cuda, the node-local GPU of each rank, the numeric
+// modes (TF32) and what the run record says about the hardware and its software.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace mpibert {
+
+// This process's rank among the ranks of its node: from MPI's shared-memory split when MPI is
+// running, else OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, else 0.
+int local_rank();
+
+// "cpu"; "cuda": GPU local_rank modulo the GPUs this process sees (an error without one);
+// "auto": that GPU when there is one, else the CPU. Makes a CUDA device the current one.
+torch::Device select_device(const std::string& choice, int local_rank);
+
+// TF32 for float32 matrix products and convolutions on GPUs (HF's --tf32); off is exact fp32.
+void set_tf32(bool enabled);
+
+// Waits for the device's queued work (a no-op on the CPU): for timings at logging steps only.
+void synchronize(const torch::Device& device);
+
+// The most memory the caching allocator held on a CUDA device since the start, 0 on the CPU.
+int64_t peak_memory_bytes(const torch::Device& device);
+
+// For results.json: {"type": "cpu"|"cuda", "name", "count", "memory_bytes", "capability",
+// "driver", "cuda_runtime", "cudnn", "nccl"} (CUDA keys only on a GPU).
+nlohmann::ordered_json describe_device(const torch::Device& device);
+
+}  // namespace mpibert

@@ -1,0 +1,76 @@
+// What a training run records, written by rank 0 into the run directory: TensorBoard scalars
+// (RUN/tensorboard/), one JSON line per step and per evaluation (RUN/metrics.jsonl, appended to on
+// resume; the last line of a step wins) and RUN/results.json at the end.
+//
+// A step's loss and gradient norm stay on the device until flush(): reading them earlier would
+// make the host wait for the GPU every step. The trainer flushes at logging steps, before
+// evaluations and checkpoints, and at the end; every rank flushes at the same steps.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpibert/evaluation.hpp"
+#include "mpibert/tensorboard.hpp"
+
+namespace mpibert {
+
+struct StepRecord {
+  int64_t step = 0;
+  double epoch = 0;                   // fractional
+  std::vector<torch::Tensor> losses;  // per micro-batch, already divided by the accumulation; on the device
+  torch::Tensor grad_norm;            // before clipping; on the device
+  double learning_rate = 0;
+  double samples = 0;                 // this step's, over all ranks
+  double seconds = 0;                 // since the run started, when the step ended
+};
+
+// A step once flushed: its loss averaged over the ranks.
+struct LoggedStep {
+  int64_t step = 0;
+  double epoch = 0, loss = 0, grad_norm = 0, learning_rate = 0, samples_per_second = 0, step_time = 0, seconds = 0;
+};
+
+class RunLog {
+ public:
+  // `writer`: this rank writes the files (rank 0); others only take part in flush().
+  RunLog(const std::string& output_dir, bool writer, int world_size);
+
+  // Keeps the step until the next flush(). `step_time` and `samples_per_second` are the host's view,
+  // exact on a CPU and at flushes on a GPU (flush() waits for the device).
+  void add_step(StepRecord record, double step_time, double samples_per_second);
+  // Reads the kept steps' values from the device (one wait), averages the losses over the ranks,
+  // writes their lines and scalars; returns them in step order.
+  std::vector<LoggedStep> flush_steps();
+  void add_evaluation(int64_t step, const EvalResult& result);
+  // Makes the TensorBoard events visible to a running TensorBoard.
+  void flush_tensorboard();
+  void write_results(const nlohmann::ordered_json& results) const;
+
+ private:
+  void write_metrics_line(const nlohmann::ordered_json& line);
+  void scalar(const std::string& tag, double value, int64_t step);
+
+  std::string output_dir_;
+  bool writer_;
+  int world_size_;
+  std::optional<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics_{nullptr, &std::fclose};
+  struct Pending {
+    StepRecord record;
+    double step_time, samples_per_second;
+  };
+  std::vector<Pending> pending_;
+};
+
+// results.json's "environment": host, ranks, devices (device.hpp), CPU, LibTorch, MPI, HDF5 and
+// NCCL versions, SLURM job, git commit.
+nlohmann::ordered_json run_environment(int world_size, const std::string& communication, const torch::Device& device);
+
+}  // namespace mpibert

@@ -1,0 +1,121 @@
+#include "mpibert/device.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "mpibert/communicator.hpp"
+#include "mpibert/error.hpp"
+
+#if defined(MPIBERT_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace mpibert {
+namespace {
+
+int integer_from_environment(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return fallback;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  if (*end != '\0' || parsed < 0) throw InputError(describe(name, value, "not a local rank"));
+  return static_cast<int>(parsed);
+}
+
+// "13.0" from 13000, "9.19.0" from 91900: CUDA's and cuDNN's version codes.
+std::string cuda_version_text(long code) { return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10); }
+std::string cudnn_version_text(long code) {
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
+}
+
+// "580.159" from the kernel module's line "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159  ...".
+std::string nvidia_driver_version() {
+  std::ifstream file("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(file, line)) return "";
+  std::istringstream words(line.substr(std::min(line.size(), line.find("Kernel Module") + 13)));
+  std::string version;
+  words >> version;
+  return version;
+}
+
+}  // namespace
+
+int local_rank() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) {
+    MPI_Comm node;
+    int rank = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &rank);
+    MPI_Comm_free(&node);
+    return rank;
+  }
+  return integer_from_environment("OMPI_COMM_WORLD_LOCAL_RANK", integer_from_environment("SLURM_LOCALID", 0));
+}
+
+torch::Device select_device(const std::string& choice, int local_rank) {
+  if (choice == "cpu") return torch::Device(torch::kCPU);
+  if (choice != "auto" && choice != "cuda") throw InputError(describe("--device", choice, "unknown device (auto, cpu, cuda)"));
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus == 0) {
+    if (choice == "cuda") throw InputError(describe("--device", choice, "no CUDA GPU is visible to this process"));
+    return torch::Device(torch::kCPU);
+  }
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
+#if defined(MPIBERT_WITH_CUDA)
+  c10::cuda::set_device(device.index());
+#endif
+  return device;
+}
+
+void set_tf32(bool enabled) {
+  at::globalContext().setAllowTF32CuBLAS(enabled);
+  at::globalContext().setAllowTF32CuDNN(enabled);
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+int64_t peak_memory_bytes(const torch::Device& device) {
+#if defined(MPIBERT_WITH_CUDA)
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  return 0;
+}
+
+nlohmann::ordered_json describe_device(const torch::Device& device) {
+  if (!device.is_cuda()) return {{"type", "cpu"}};
+  nlohmann::ordered_json info = {{"type", "cuda"}, {"index", device.index()}};
+#if defined(MPIBERT_WITH_CUDA)
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device.index()) == cudaSuccess) {
+    info["name"] = properties.name;
+    info["memory_bytes"] = properties.totalGlobalMem;
+    info["capability"] = std::to_string(properties.major) + "." + std::to_string(properties.minor);
+  }
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess) info["driver_cuda_version"] = cuda_version_text(driver);
+#endif
+  info["driver"] = nvidia_driver_version();
+  info["count"] = torch::cuda::device_count();
+  info["cuda_runtime"] = cuda_version_text(at::detail::getCUDAHooks().versionCUDART());
+  info["cudnn"] = cudnn_version_text(at::detail::getCUDAHooks().versionCuDNN());
+  info["nccl"] = nccl_version();
+  return info;
+}
+
+}  // namespace mpibert

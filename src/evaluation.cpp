@@ -1,0 +1,118 @@
+#include "mpibert/evaluation.hpp"
+
+#include <sstream>
+
+#include "mpibert/batching.hpp"
+#include "mpibert/comm.hpp"
+#include "mpibert/squad_metrics.hpp"
+#include "run_control.hpp"
+
+namespace mpibert {
+namespace {
+
+// The gold answers held by evaluation shards, as the scorer reads them from a dataset.
+SquadDataset gold_answers(const FeatureStore& store, const std::string& origin) {
+  SquadDataset data;
+  data.path = origin;
+  for (int64_t e = 0; e < store.num_examples(); ++e) {
+    const ExampleView view = store.example(e);
+    Example example;
+    example.id = *view.id;
+    example.is_impossible = view.is_impossible;
+    for (const auto& answer : nlohmann::json::parse(*view.answers_json)) example.answers.push_back({answer.at("text"), answer.at("answer_start")});
+    data.examples.push_back(std::move(example));
+  }
+  return data;
+}
+
+}  // namespace
+
+FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size, int64_t first,
+                             int64_t last) {
+  if (last < 0) last = store.num_features();
+  const torch::Device device = model->parameters().front().device();
+  const bool was_training = model->is_training();
+  model->eval();
+  torch::NoGradGuard no_grad;
+  FeatureLogits logits;
+  logits.start.resize(static_cast<size_t>(store.num_features()));
+  logits.end.resize(logits.start.size());
+  for (int64_t begin = first; begin < last; begin += batch_size) {
+    std::vector<int64_t> indices;
+    for (int64_t i = begin; i < std::min(begin + batch_size, last); ++i) indices.push_back(i);
+    const Batch batch = make_batch(store, indices, Padding::kDynamic).to(device);
+    QAOutput out = model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions,
+                                  batch.end_positions);
+    logits.loss_sum += out.loss.item<double>() * static_cast<double>(indices.size());
+    auto starts = out.start_logits.to(torch::kCPU, torch::kFloat).contiguous();
+    auto ends = out.end_logits.to(torch::kCPU, torch::kFloat).contiguous();
+    for (size_t row = 0; row < indices.size(); ++row) {
+      const auto length = static_cast<size_t>(store.feature(indices[row]).length);
+      const float* s = starts[static_cast<int64_t>(row)].data_ptr<float>();
+      const float* e = ends[static_cast<int64_t>(row)].data_ptr<float>();
+      logits.start[static_cast<size_t>(indices[row])].assign(s, s + length);
+      logits.end[static_cast<size_t>(indices[row])].assign(e, e + length);
+    }
+  }
+  if (was_training) model->train();
+  return logits;
+}
+
+EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
+                    int64_t batch_size, const PostprocessOptions& postprocess) {
+  const auto start = Clock::now();
+  const Ranks ranks = Ranks::of_world();
+  // Whole batches per rank, the same batches one rank would make: the logits do not depend on
+  // the number of ranks.
+  const int64_t n = store.num_features(), batches = (n + batch_size - 1) / batch_size;
+  const int64_t first = std::min(n, batches * ranks.rank / ranks.size * batch_size);
+  const int64_t last = std::min(n, batches * (ranks.rank + 1) / ranks.size * batch_size);
+  FeatureLogits logits = compute_logits(model, store, batch_size, first, last);
+  if (ranks.size > 1) {
+    std::vector<float> mine;
+    for (int64_t i = first; i < last; ++i) {
+      const auto& s = logits.start[static_cast<size_t>(i)];
+      const auto& e = logits.end[static_cast<size_t>(i)];
+      mine.insert(mine.end(), s.begin(), s.end());
+      mine.insert(mine.end(), e.begin(), e.end());
+    }
+    const std::vector<float> all = gather_to_root(mine, "the gather of evaluation logits");
+    logits.loss_sum = sum_over_ranks({logits.loss_sum}, "the sum of evaluation losses")[0];
+    if (ranks.root()) {  // rank order is feature order
+      auto next = all.begin();
+      for (int64_t i = 0; i < n; ++i) {
+        const auto length = static_cast<long>(store.feature(i).length);
+        logits.start[static_cast<size_t>(i)].assign(next, next + length);
+        logits.end[static_cast<size_t>(i)].assign(next + length, next + 2 * length);
+        next += 2 * length;
+      }
+    }
+  }
+  EvalResult result;
+  if (ranks.root()) {
+    SquadDataset gold = gold_answers(store, "the evaluation shards");
+    PostprocessOptions options = postprocess;
+    options.version_2_with_negative = options.version_2_with_negative || uses_squad_v2_rules(gold);
+    auto predictions = postprocess_qa_predictions(store, logits.start, logits.end, options);
+    write_prediction_files(predictions, predictions_dir, options.version_2_with_negative);
+
+    SquadPredictions answers;
+    ScoreOptions score_options;
+    score_options.v2 = options.version_2_with_negative;
+    if (score_options.v2) score_options.na_probs.emplace();  // HF run_qa passes no-answer probability 0
+    for (const auto& prediction : predictions) {
+      answers.emplace_back(prediction.id, prediction.text);
+      if (score_options.v2) score_options.na_probs->push_back({prediction.id, 0.0, false});
+    }
+    std::ostringstream diagnostics;
+    result.metrics = score_squad(gold, answers, score_options, diagnostics);
+  }
+  if (ranks.size > 1)
+    result.metrics = nlohmann::ordered_json::parse(broadcast_string(result.metrics.dump(), 0, "the evaluation metrics"));
+  result.loss = n ? logits.loss_sum / static_cast<double>(n) : 0.0;
+  result.samples = n;
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+}  // namespace mpibert

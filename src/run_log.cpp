@@ -1,0 +1,142 @@
+#include "mpibert/run_log.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "mpibert/comm.hpp"
+#include "mpibert/communicator.hpp"
+#include "mpibert/device.hpp"
+#include "mpibert/error.hpp"
+#include "mpibert/io.hpp"
+#include "mpibert/shards.hpp"
+
+namespace mpibert {
+namespace {
+
+// "model name" from /proc/cpuinfo, for the run record ("" where there is none).
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0)
+      if (auto colon = line.find(':'); colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+  return "";
+}
+
+std::string mpi_library_version() {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  std::string mpi(version, static_cast<size_t>(length));
+  if (auto comma = mpi.find(','); comma != std::string::npos) mpi.resize(comma);
+  return mpi;
+}
+
+}  // namespace
+
+RunLog::RunLog(const std::string& output_dir, bool writer, int world_size)
+    : output_dir_(output_dir), writer_(writer), world_size_(world_size) {
+  if (!writer_) return;
+  tensorboard_.emplace(output_dir + "/tensorboard");
+  const std::string path = output_dir + "/metrics.jsonl";
+  metrics_.reset(std::fopen(path.c_str(), "a"));
+  if (!metrics_) throw InputError(describe(path, "", std::string("cannot open for appending: ") + std::strerror(errno)));
+}
+
+void RunLog::add_step(StepRecord record, double step_time, double samples_per_second) {
+  pending_.push_back({std::move(record), step_time, samples_per_second});
+}
+
+std::vector<LoggedStep> RunLog::flush_steps() {
+  std::vector<LoggedStep> logged;
+  if (pending_.empty()) return logged;
+  // One copy from the device for all kept values: the micro-batch losses, then the norms.
+  std::vector<torch::Tensor> values;
+  for (const Pending& p : pending_) values.insert(values.end(), p.record.losses.begin(), p.record.losses.end());
+  for (const Pending& p : pending_) values.push_back(p.record.grad_norm);
+  const torch::Tensor host = torch::stack(values).to(torch::kCPU, torch::kDouble);
+  const double* read = host.data_ptr<double>();
+  std::vector<double> losses;
+  for (const Pending& p : pending_) {
+    double loss = 0;  // summed in double, micro-batch by micro-batch
+    for (size_t m = 0; m < p.record.losses.size(); ++m) loss += *read++;
+    losses.push_back(loss);
+  }
+  if (world_size_ > 1) losses = sum_over_ranks(std::move(losses), "the steps' losses");
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const Pending& p = pending_[i];
+    LoggedStep step{p.record.step, p.record.epoch, losses[i] / world_size_, *read++, p.record.learning_rate,
+                    p.samples_per_second, p.step_time, p.record.seconds};
+    scalar("train/loss", step.loss, step.step);
+    scalar("train/learning_rate", step.learning_rate, step.step);
+    scalar("train/grad_norm", step.grad_norm, step.step);
+    scalar("train/samples_per_second", step.samples_per_second, step.step);
+    scalar("train/step_time", step.step_time, step.step);
+    write_metrics_line({{"step", step.step},
+                        {"epoch", step.epoch},
+                        {"loss", step.loss},
+                        {"learning_rate", step.learning_rate},
+                        {"grad_norm", step.grad_norm},
+                        {"samples_per_second", step.samples_per_second},
+                        {"step_time", step.step_time},
+                        {"seconds", step.seconds}});
+    logged.push_back(step);
+  }
+  pending_.clear();
+  return logged;
+}
+
+void RunLog::add_evaluation(int64_t step, const EvalResult& result) {
+  scalar("eval/loss", result.loss, step);
+  nlohmann::ordered_json line = {{"step", step}, {"eval_loss", result.loss}};
+  for (const auto& [key, value] : result.metrics.items()) line["eval_" + key] = value;
+  write_metrics_line(line);
+  for (const char* key : {"exact_match", "exact", "f1", "best_f1"})
+    if (result.metrics.contains(key)) scalar(std::string("eval/") + key, result.metrics[key].get<double>(), step);
+}
+
+void RunLog::flush_tensorboard() {
+  if (tensorboard_) tensorboard_->flush();
+}
+
+void RunLog::write_results(const nlohmann::ordered_json& results) const {
+  if (writer_) write_file_atomic(output_dir_ + "/results.json", results.dump(2) + "\n");
+}
+
+void RunLog::write_metrics_line(const nlohmann::ordered_json& line) {
+  if (!metrics_) return;
+  const std::string text = line.dump() + "\n";
+  if (std::fwrite(text.data(), 1, text.size(), metrics_.get()) != text.size() || std::fflush(metrics_.get()) != 0)
+    throw InputError(describe(output_dir_ + "/metrics.jsonl", "", std::string("write failed: ") + std::strerror(errno)));
+}
+
+void RunLog::scalar(const std::string& tag, double value, int64_t step) {
+  if (tensorboard_) tensorboard_->add_scalar(tag, value, step);
+}
+
+nlohmann::ordered_json run_environment(int world_size, const std::string& communication, const torch::Device& device) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  const std::string nccl = nccl_version();
+  return {{"host", host},
+          {"world_size", world_size},
+          {"devices", describe_device(device)},
+          {"cpu_model", cpu_model()},
+          {"cpus_online", std::thread::hardware_concurrency()},
+          {"communication", communication},
+          {"torch_threads", torch::get_num_threads()},
+          {"libtorch", TORCH_VERSION},
+          {"mpi", mpi_library_version()},
+          {"hdf5", hdf5_library_version()},
+          {"nccl", nccl.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(nccl)},
+          {"slurm_job_id", slurm_job ? nlohmann::ordered_json(slurm_job) : nlohmann::ordered_json()},
+          {"git_commit", MPIBERT_GIT_COMMIT},
+          {"mpibert", MPIBERT_VERSION}};
+}
+
+}  // namespace mpibert
