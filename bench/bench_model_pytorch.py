@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python PyTorch baseline for bench_model: the same BERT QA math as HF's
 BertForQuestionAnswering (separate Q/K/V, erf GELU, additive float32-min mask), the same
-settings, on Debian's python3-torch (LibTorch 1.13.1, the same OpenBLAS).
+settings, on the torch that mpibert builds against (.venv/bin/python3: the same LibTorch).
 Usage: bench_model_pytorch.py --preset base|small [--batch B] [--seq 384] [--threads T] [--steps N]
 """
 import argparse

@@ -343,6 +343,8 @@ mpibert_train_job() {
   fi
   mpibert__has_opt --vocab "${user_args[@]}" || args+=(--vocab "$VOCAB")
   mpibert__has_opt --threads "${user_args[@]}" || args+=(--threads "$THREADS")
+  # DEVICE=gpu: each rank its node-local GPU (an error where there is none); cpu: the CPU.
+  mpibert__has_opt --device "${user_args[@]}" || if [ "$DEVICE" = cpu ]; then args+=(--device cpu); else args+=(--device cuda); fi
   mpibert__has_opt --strategy "${user_args[@]}" || args+=(--strategy "$strategy")
   # Always resumable: a requeued job (same id, same run directory) continues from its checkpoint.
   mpibert__has_opt --resume "${user_args[@]}" || args+=(--resume auto)

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <torch/cuda.h>
+
 #include "mpibert/io.hpp"
 #include "mpibert/safetensors.hpp"
 #include "test_support.hpp"
@@ -219,6 +221,46 @@ TEST_F(DataParallelRun, RanksStartedWithDifferentOptionsRefuseToStart) {
   EXPECT_NE(result.exit_status, 0);
   EXPECT_NE(result.output.find("rank 1 differs from rank 0: /batch_size = 8 (rank 0: 4)"), std::string::npos) << result.output;
   EXPECT_FALSE(fs::exists(runs.file("out/results.json")));
+}
+
+TEST_F(DataParallelRun, DeviceAndCommunicatorChoicesTheMachineCannotServeAreRefused) {
+  test::TempDir runs;
+  // NCCL reduces CUDA tensors only.
+  auto nccl_on_cpu = train(2, runs.file("nccl"), "--batch-size 4 --max-steps 2 --device cpu --comm nccl");
+  EXPECT_NE(nccl_on_cpu.exit_status, 0);
+  EXPECT_NE(nccl_on_cpu.output.find("--comm: nccl: NCCL reduces CUDA tensors"), std::string::npos) << nccl_on_cpu.output;
+  EXPECT_FALSE(fs::exists(runs.file("nccl/results.json")));
+  if (!torch::cuda::is_available()) {  // where a GPU is visible, --device cuda is served
+    auto no_gpu = train(2, runs.file("cuda"), "--batch-size 4 --max-steps 2 --device cuda");
+    EXPECT_NE(no_gpu.exit_status, 0);
+    EXPECT_NE(no_gpu.output.find("--device: cuda: no CUDA GPU is visible to this process"), std::string::npos) << no_gpu.output;
+    EXPECT_FALSE(fs::exists(runs.file("cuda/results.json")));
+  }
+  auto cpu = train(2, runs.file("cpu"), "--batch-size 4 --max-steps 2 --device cpu --comm mpi");
+  ASSERT_EQ(cpu.exit_status, 0) << cpu.output;
+  const auto results = nlohmann::json::parse(read_file(runs.file("cpu/results.json")));
+  EXPECT_EQ(results["environment"]["devices"]["type"], "cpu");
+  EXPECT_EQ(results["parallel"]["communication"], "mpi");
+}
+
+// Two ranks on two GPUs with NCCL end where one rank with the same global batch does (as the CPU
+// runs above); ddp and zero1.
+TEST_F(DataParallelRun, TwoGpuRanksWithNcclMatchOneRank) {
+  const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+  if (gpus < 2) GTEST_SKIP() << "needs 2 CUDA GPUs; this machine has " << gpus;
+  test::TempDir runs;
+  auto one = train(0, runs.file("one"), "--batch-size 8 --max-steps 3 --device cuda");
+  ASSERT_EQ(one.exit_status, 0) << one.output;
+  for (const char* strategy : {"ddp", "zero1"}) {
+    auto two = train(2, runs.file(strategy), std::string("--batch-size 4 --max-steps 3 --device cuda --comm nccl --strategy ") + strategy);
+    ASSERT_EQ(two.exit_status, 0) << two.output;
+    EXPECT_LE(max_difference(checkpoint(runs.file("one"), 3) + "/model.safetensors",
+                             checkpoint(runs.file(strategy), 3) + "/model.safetensors"),
+              1e-5)
+        << strategy;
+    const auto results = nlohmann::json::parse(read_file(runs.file(std::string(strategy) + "/results.json")));
+    EXPECT_EQ(results["parallel"]["communication"], "nccl");
+  }
 }
 
 TEST_F(DataParallelRun, AFailingRankEndsTheWholeJobWithItsMessage) {

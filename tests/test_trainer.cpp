@@ -64,6 +64,7 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   EXPECT_EQ(results["epoch"], 2.0);
   const int64_t steps = results["global_step"];
   EXPECT_EQ(results, nlohmann::ordered_json::parse(read_file(run.file("results.json"))));
+  EXPECT_EQ(results["environment"]["devices"]["type"], torch::cuda::is_available() ? "cuda" : "cpu");  // --device auto
   EXPECT_TRUE(fs::exists(run.file("predictions.json")));
   EXPECT_TRUE(fs::exists(run.file("nbest_predictions.json")));
   // Every 3 steps plus the end, only the last 2 kept; each an HF directory plus the trainer state.

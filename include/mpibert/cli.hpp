@@ -21,7 +21,8 @@ int tokenize_lines(const WordPieceTokenizer& tokenizer, std::istream& in, std::o
 //   `mpibert train`: every option on the command line or in a config file (--config FILE); the
 //       resolved configuration is written into the run directory as train_config.toml;
 //   `mpibert eval --model DIR --data SHARDS --output-dir OUT`: prediction files and metrics;
-//   `mpibert predict --model DIR --context TEXT --question TEXT`: the answer, its score and span.
+//   `mpibert predict --model DIR --context TEXT --question TEXT`: the answer, its score and span;
+//   `mpibert env [--device D]`: the device a run would use and the library versions, as JSON.
 class ModelCommands {
  public:
   explicit ModelCommands(CLI::App& app);  // registers the subcommands and their options

@@ -9,13 +9,14 @@
 #include "mpibert/device.hpp"
 #include "mpibert/io.hpp"
 #include "mpibert/prep.hpp"
+#include "mpibert/run_log.hpp"
 #include "mpibert/logging.hpp"
 #include "mpibert/trainer.hpp"
 
 namespace mpibert {
 
 struct ModelCommands::Impl {
-  CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr;
+  CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr, *env = nullptr;
   TrainOptions options;
   std::string padding = "dynamic", log_level = "info", strategy = "ddp";
   int threads = 0;
@@ -102,6 +103,8 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
         ->capture_default_str();
   }
+  impl_->env = app.add_subcommand("env", "print the device this process would train on and the library versions (JSON)");
+  impl_->env->add_option("--device", impl_->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   impl_->eval->add_option("--data", impl_->data_dir, "shards prepared with mpibert-prep --split eval")->required();
   impl_->eval->add_option("--output-dir", impl_->output_dir, "where predictions and metrics go")->required();
   impl_->eval->add_option("--batch-size", impl_->batch_size)->capture_default_str();
@@ -113,10 +116,16 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
 
 ModelCommands::~ModelCommands() = default;
 
-bool ModelCommands::parsed() const { return impl_->train->parsed() || impl_->eval->parsed() || impl_->predict->parsed(); }
+bool ModelCommands::parsed() const {
+  return impl_->train->parsed() || impl_->eval->parsed() || impl_->predict->parsed() || impl_->env->parsed();
+}
 
 int ModelCommands::run() {
   if (impl_->threads > 0) torch::set_num_threads(impl_->threads);
+  if (impl_->env->parsed()) {
+    std::cout << run_environment(1, "none", select_device(impl_->device, local_rank())).dump(2) << "\n";
+    return 0;
+  }
   if (impl_->predict->parsed()) {
     init_logging(0, 1, impl_->log_level);
     return impl_->run_predict();
