@@ -163,6 +163,12 @@ TEST_F(Trainer, CommandLineTrainEvalAndPredict) {
   const int64_t begin = answer["start"], end = answer["end"];
   ASSERT_LT(begin, end);
   EXPECT_EQ(answer["answer"], context.substr(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
+
+  test::CommandResult environment = test::run_command(mpibert + "env --device cpu 2>/dev/null");
+  ASSERT_EQ(environment.exit_status, 0) << environment.output;
+  const auto described = nlohmann::json::parse(environment.output);
+  EXPECT_EQ(described["devices"]["type"], "cpu");
+  EXPECT_EQ(described["libtorch"], TORCH_VERSION);
 }
 
 TEST_F(Trainer, ProfileWritesAChromeTraceWithOurPhases) {
