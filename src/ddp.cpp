@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
+#include <thread>
 
 #include "mpibert/error.hpp"
 
@@ -69,7 +70,8 @@ struct DataParallel::Impl {
     auto first_unfinished = std::find_if_not(unaccounted.begin(), unaccounted.end(), finished);
     for (auto it = unaccounted.begin(); it != first_unfinished; ++it) {
       for (const auto& work : it->works) {
-        if (wait) work->wait();
+        // wait() only orders the caller's stream on a GPU: the host polls until the work is done.
+        while (!work->done()) std::this_thread::sleep_for(std::chrono::microseconds(50));
         busy_seconds += work->seconds();
         exposed_transfer_seconds += work->seconds_after(*it->end_of_backward);
       }

@@ -59,7 +59,7 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
   std::vector<torch::Tensor> grads, norms;
   for (const auto& parameter : parameters)
     if (parameter.grad().defined()) grads.push_back(parameter.grad());
-  if (grads.empty()) return torch::zeros({});
+  if (grads.empty()) return parameters.empty() ? torch::zeros({}) : torch::zeros({}, parameters.front().options());
   for (const auto& grad : grads) norms.push_back(torch::norm(grad, 2));
   torch::Tensor total_norm = torch::norm(torch::stack(norms), 2);
   // Python's `max_norm / tensor` is reciprocal() * max_norm; C++'s scalar / tensor divides.
