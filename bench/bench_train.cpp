@@ -1,7 +1,9 @@
 // Training throughput on SQuAD shards: full vs dynamic padding (and length grouping).
 //   bench_train --shards DIR --preset small|base [--batch B] [--steps N] [--threads T]
+//               [--variant all|full|dynamic|grouped] [--json]
 // Each configuration runs N optimizer steps on the same shuffled order after one warm-up step
-// and prints samples/s, padded tokens per sample and the speedup over full padding.
+// and prints samples/s, padded tokens per sample and the speedup over full padding (or, with
+// --json, one JSON object per configuration: bench/compare_hf.sh reads them).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -16,10 +18,15 @@
 namespace {
 
 struct Variant {
+  const char* key;
   const char* name;
   mpibert::Padding padding;
   bool group_by_length;
 };
+
+const Variant kVariants[] = {{"full", "full padding", mpibert::Padding::kFull, false},
+                             {"dynamic", "dynamic padding", mpibert::Padding::kDynamic, false},
+                             {"grouped", "dynamic + group_by_length", mpibert::Padding::kDynamic, true}};
 
 }  // namespace
 
@@ -27,12 +34,18 @@ int main(int argc, char** argv) {
   std::string shards, preset = "small";
   int64_t batch = 0, steps = 10;
   int threads = 2;
+  std::string only = "all";
+  bool json = false;
   CLI::App app{"mpibert training throughput by padding"};
   app.add_option("--shards", shards, "prepared train shards")->required();
   app.add_option("--preset", preset)->check(CLI::IsMember({"base", "small"}));
   app.add_option("--batch", batch, "default: 2 for base, 32 for small");
   app.add_option("--steps", steps)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
+  app.add_option("--variant", only, "one configuration, or all")
+      ->check(CLI::IsMember({"all", "full", "dynamic", "grouped"}))
+      ->capture_default_str();
+  app.add_flag("--json", json, "one JSON object per configuration instead of a table line");
   CLI11_PARSE(app, argc, argv);
   mpibert::keep_freed_memory_for_reuse();
 
@@ -42,9 +55,8 @@ int main(int argc, char** argv) {
   const mpibert::FeatureStore store = mpibert::FeatureStore::open(shards);
 
   double full_rate = 0;
-  for (const Variant& variant : {Variant{"full padding", mpibert::Padding::kFull, false},
-                                 Variant{"dynamic padding", mpibert::Padding::kDynamic, false},
-                                 Variant{"dynamic + group_by_length", mpibert::Padding::kDynamic, true}}) {
+  for (const Variant& variant : kVariants) {
+    if (only != "all" && only != variant.key) continue;
     torch::manual_seed(0);
     mpibert::BertForQuestionAnswering model(config);
     model->train();
@@ -72,10 +84,17 @@ int main(int argc, char** argv) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double rate = static_cast<double>(samples) / seconds;
+    const double tokens_per_sample = static_cast<double>(padded_tokens) / static_cast<double>(samples);
+    if (json) {
+      std::printf("{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"steps\": %lld, \"batch\": %lld, "
+                  "\"threads\": %d, \"variant\": \"%s\"}\n",
+                  rate, tokens_per_sample, static_cast<long long>(steps), static_cast<long long>(batch), threads, variant.key);
+      continue;
+    }
     if (variant.padding == mpibert::Padding::kFull) full_rate = rate;
     std::printf("%-5s batch %3lld threads %d %-26s %7.2f samples/s  %5.0f tokens/sample  %.2fx full padding\n", preset.c_str(),
                 static_cast<long long>(batch), threads, variant.name, rate,
-                static_cast<double>(padded_tokens) / static_cast<double>(samples), rate / full_rate);
+                tokens_per_sample, full_rate > 0 ? rate / full_rate : 1.0);
   }
   return 0;
 }

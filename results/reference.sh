@@ -10,13 +10,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh > /dev/null
 source scripts/env.sh
 shards=results/main/shards
-if [ ! -f "$shards/train/manifest.json" ] || [ ! -f "$shards/eval/manifest.json" ]; then
-  mkdir -p results/main/data
-  build/bin/mpibert-prep split data_prep/data/squad/dev-v1.1.json.gz --articles 0:-8 --out results/main/data/train.json
-  build/bin/mpibert-prep split data_prep/data/squad/dev-v1.1.json.gz --articles -8:48 --out results/main/data/eval.json
-  RANKS=2 jobs/prep_squad.sh results/main/data/train.json "$shards/train" train --log-level warn
-  RANKS=2 jobs/prep_squad.sh results/main/data/eval.json "$shards/eval" eval --log-level warn
-fi
+bash scripts/sample_shards.sh results/main
 export DEVICE=cpu RESULTS_DIR=results/reference TRAIN_SHARDS=$shards/train EVAL_SHARDS=$shards/eval
 rm -rf results/reference
 # The same global batch (32) and schedule everywhere; --padding full so that every rank has the

@@ -12,14 +12,7 @@ source scripts/env.sh
 
 run_dir="results/main"
 rm -rf "$run_dir"
-mkdir -p "$run_dir/data"
-squad=data_prep/data/squad/dev-v1.1.json.gz
-build/bin/mpibert-prep split "$squad" --articles 0:-8 --out "$run_dir/data/train.json"
-build/bin/mpibert-prep split "$squad" --articles -8:48 --out "$run_dir/data/eval.json"
-RANKS=2 jobs/prep_squad.sh "$run_dir/data/train.json" "$run_dir/shards/train" train --log-level warn
-RANKS=2 jobs/prep_squad.sh "$run_dir/data/eval.json" "$run_dir/shards/eval" eval --log-level warn
-build/bin/mpibert-prep inspect "$run_dir/shards/train" > "$run_dir/prep_stats_train.json"
-build/bin/mpibert-prep inspect "$run_dir/shards/eval" > "$run_dir/prep_stats_eval.json"
+bash scripts/sample_shards.sh "$run_dir"
 
 # --bind-to none: each rank runs a compute thread and a communication thread.
 mpirun -n 2 --bind-to none build/bin/mpibert train --config configs/main_job.toml \

@@ -51,6 +51,42 @@ std::string join(const std::vector<std::string>& items) {
   return text;
 }
 
+// sentence-transformers keeps the BertModel in the module that modules.json lists as
+// sentence_transformers.models.Transformer: path "" is the directory itself (all-MiniLM-L6-v2),
+// older models use a folder such as 0_Transformer/. Other directories are HF model directories.
+std::string transformer_dir(const std::string& dir) {
+  const std::string modules_path = dir + "/modules.json";
+  if (!fs::exists(modules_path)) return dir;
+  const nlohmann::json modules = read_json_file(modules_path);
+  if (modules.is_array())
+    for (size_t i = 0; i < modules.size(); ++i) {
+      const nlohmann::json& module = modules[i];
+      if (!module.is_object() || !module.contains("type") || !module["type"].is_string()) continue;
+      if (!ends_with(module["type"].get<std::string>(), "models.Transformer")) continue;
+      if (!module.contains("path") || !module["path"].is_string())
+        throw InputError(describe(modules_path, "entry " + std::to_string(i), "has no \"path\" string"));
+      const std::string path = module["path"];
+      return path.empty() ? dir : dir + "/" + path;
+    }
+  throw InputError(describe(modules_path, "", "lists no sentence_transformers.models.Transformer module (the BERT to load)"));
+}
+
+// The model's own tokenizer files, where it has them, must describe what mpibert-prep tokenized
+// with: an uncased WordPiece over the same vocabulary as `vocab_path`.
+void check_tokenizer(const std::string& dir, const std::string& vocab_path) {
+  const std::string tokenizer_config = dir + "/tokenizer_config.json";
+  if (fs::exists(tokenizer_config)) {
+    const nlohmann::json json = read_json_file(tokenizer_config);
+    if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"] == false)
+      throw InputError(describe(tokenizer_config, "'do_lower_case'",
+                                "is false: a cased model, but mpibert's WordPiece tokenizer lower-cases (uncased models only)"));
+  }
+  const std::string own_vocab = dir + "/vocab.txt";
+  if (!vocab_path.empty() && fs::exists(own_vocab) && read_file(own_vocab) != read_file(vocab_path))
+    throw InputError(describe(vocab_path, "", "differs from the model's own " + own_vocab +
+                                                  ": the token ids would mean other words to this model"));
+}
+
 }  // namespace
 
 LoadReport load_state(BertForQuestionAnswering& model, const SafetensorsFile& checkpoint) {
@@ -106,8 +142,9 @@ LoadReport load_state(BertForQuestionAnswering& model, const SafetensorsFile& ch
   return report;
 }
 
-BertForQuestionAnswering load_pretrained(const std::string& dir, const std::string& vocab_path, const ModelOptions& options,
-                                         LoadReport* report) {
+BertForQuestionAnswering load_pretrained(const std::string& model_dir, const std::string& vocab_path,
+                                         const ModelOptions& options, LoadReport* report) {
+  const std::string dir = transformer_dir(model_dir);
   const std::string weights = dir + "/model.safetensors";
   if (!fs::exists(weights)) {
     if (fs::exists(dir + "/pytorch_model.bin"))
@@ -124,6 +161,7 @@ BertForQuestionAnswering load_pretrained(const std::string& dir, const std::stri
       throw InputError(describe(vocab_path, "", "has " + std::to_string(vocab.size()) + " tokens, but " + dir +
                                                     "/config.json says vocab_size " + std::to_string(config.vocab_size)));
   }
+  check_tokenizer(dir, vocab_path);
   BertForQuestionAnswering model(config, options);
   LoadReport loaded = load_state(model, SafetensorsFile::open(weights));
   if (report) *report = std::move(loaded);

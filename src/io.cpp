@@ -72,6 +72,14 @@ std::string read_file(const std::string& path) {
   return is_gzip ? gunzip(path, bytes) : bytes;
 }
 
+nlohmann::json read_json_file(const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(describe(path, "", std::string("not valid JSON: ") + e.what()));
+  }
+}
+
 std::string sha256_file(const std::string& path) { return sha256_hex(read_file_bytes(path)); }
 
 std::string temporary_path_for(const std::string& final_path) {

@@ -57,15 +57,7 @@ BertConfig BertConfig::from_json(const nlohmann::json& json, const std::string& 
   return config;
 }
 
-BertConfig BertConfig::load(const std::string& path) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(describe(path, "", std::string("not valid JSON: ") + e.what()));
-  }
-  return from_json(json, path);
-}
+BertConfig BertConfig::load(const std::string& path) { return from_json(read_json_file(path), path); }
 
 BertConfig BertConfig::preset(const std::string& name) {
   BertConfig config;

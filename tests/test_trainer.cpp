@@ -253,5 +253,32 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
   }
 }
 
+// Shards from mpibert-prep record their vocab's digest: training them with another vocab.txt of
+// the same size (a model's own, say) would silently feed token ids that mean other words.
+TEST_F(Trainer, RefusesAVocabOtherThanTheShardsWerePreparedWith) {
+  test::TempDir run;
+  test::prepare_shards(run.file("train"), test::squad_v1_path(), 0, 8, "train", /*record_vocab_digest=*/true);
+  TrainOptions o = options(run.file("out"));
+  o.train_dir = run.file("train");
+  o.eval_dir.clear();
+  o.stop_after_steps = 1;
+  std::string other_vocab = read_file(test::vocab_path());
+  std::swap(other_vocab[other_vocab.find("the")], other_vocab[other_vocab.find("the") + 1]);  // same size, other tokens
+  test::write_text(run.file("vocab.txt"), other_vocab);
+  o.vocab = run.file("vocab.txt");
+  try {
+    train(o);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(run.file("vocab.txt") + ": is not the vocabulary " + run.file("train") + " was prepared with"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(run.file("out/results.json")));
+  o.vocab = test::vocab_path();  // the same vocabulary trains
+  train(o);
+  EXPECT_TRUE(fs::exists(run.file("out/checkpoint-1")));
+}
+
 }  // namespace
 }  // namespace mpibert

@@ -21,8 +21,11 @@ struct LoadReport {
 // shape is an InputError listing every problem. F16/BF16 tensors are converted.
 LoadReport load_state(BertForQuestionAnswering& model, const SafetensorsFile& checkpoint);
 
-// Loads an HF directory. `vocab_path`, if not empty, must have config's vocab_size entries.
-// A directory with pytorch_model.bin but no model.safetensors gets instructions to convert it.
+// Loads an HF model directory, or a sentence-transformers one (its Transformer module, found
+// through modules.json). `vocab_path`, if not empty, must have config's vocab_size entries and
+// equal the model's own vocab.txt where it has one; a tokenizer_config.json saying
+// do_lower_case false (a cased model) is refused. A directory with pytorch_model.bin but no
+// model.safetensors gets the one command that converts it.
 BertForQuestionAnswering load_pretrained(const std::string& dir, const std::string& vocab_path = "",
                                          const ModelOptions& options = {}, LoadReport* report = nullptr);
 

@@ -2,6 +2,8 @@
 // that never leave a half-written file under the final name.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -13,6 +15,8 @@ namespace mpibert {
 std::string read_file(const std::string& path);
 // The bytes as stored, never inflated.
 std::string read_file_bytes(const std::string& path);
+// A JSON file (plain or gzip), parsed; invalid JSON is an InputError naming the file.
+nlohmann::json read_json_file(const std::string& path);
 
 // Hex SHA-256 of bytes / of a file's raw (not inflated) bytes.
 std::string sha256_hex(std::string_view bytes);

@@ -42,7 +42,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--train-shards", o.train_dir, "directory prepared by mpibert-prep --split train")->required();
   c->add_option("--eval-shards", o.eval_dir, "directory prepared by mpibert-prep --split eval");
   c->add_option("--output-dir", o.output_dir, "run directory")->required();
-  c->add_option("--model", o.model_dir, "HF model directory to start from (config.json + model.safetensors)");
+  c->add_option("--model", o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
   c->add_option("--model-config", o.model_config, "config.json for a randomly initialized model (without --model)");
   c->add_option("--vocab", o.vocab, "vocab.txt, copied into checkpoints")->required();
   c->add_option("--resume", o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Throwaway test hosts on this machine: network namespaces joined by veth pairs to a bridge that
+# lives in a namespace of its own, on a private subnet that only they have. Nothing outside the
+# namespaces is addressed or changed, except /etc/netns/NS/hosts (ip netns exec mounts it over
+# /etc/hosts inside NS), which `down` removes with the namespaces.
+#   tests/cluster/hosts.sh up DIR N       # hosts h1..hN; writes DIR/hosts.env and DIR/agent
+#   tests/cluster/hosts.sh exec DIR HOST COMMAND...   # COMMAND inside HOST, hostname HOST
+#   tests/cluster/hosts.sh link DIR HOST up|down      # the host's only link
+#   tests/cluster/hosts.sh shape DIR RATE DELAY       # netem on every host's link (e.g. 100mbit 1ms)
+#   tests/cluster/hosts.sh unshape DIR
+#   tests/cluster/hosts.sh down DIR       # removes exactly what `up` made (by the names in DIR)
+#
+# DIR/agent is a launch agent in ssh's place (Open MPI's plm_rsh_agent): `agent HOST COMMAND`
+# runs COMMAND inside HOST. DIR/hosts.env gives HOSTS_SUBNET, HOSTS_PREFIX and HOSTS_N.
+# Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN), iproute2 and util-linux's unshare.
+set -euo pipefail
+
+usage() { sed -n '5,11s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+action=$1
+dir=$(mkdir -p "$2" && cd "$2" && pwd)
+shift 2
+log() { echo "hosts.sh: $*" >&2; }
+
+load() {
+  [ -f "$dir/hosts.env" ] || { log "$dir/hosts.env: no hosts made here (run: $0 up $dir N)"; exit 1; }
+  # shellcheck disable=SC1091
+  source "$dir/hosts.env"
+}
+ns() { echo "${HOSTS_PREFIX}-$1"; }  # HOST -> its namespace
+host_ip() { echo "${HOSTS_SUBNET%.0/24}.$(( ${1#h} + 10 ))"; }
+
+up() {
+  local n=$1 i prefix octet
+  [ ! -f "$dir/hosts.env" ] || { log "$dir: hosts already up; run down first"; exit 1; }
+  # A short prefix unique to this instance (interface names are at most 15 characters) and a
+  # /24 in 10.231.0.0/16 derived from it: several fixtures can be up at once.
+  prefix="mb$(printf '%05d' $(( $$ % 100000 )))"
+  octet=$(( $$ % 250 + 1 ))
+  cat > "$dir/hosts.env" <<EOF
+HOSTS_PREFIX=$prefix
+HOSTS_SUBNET=10.231.$octet.0/24
+HOSTS_N=$n
+EOF
+  load
+  ip netns add "$(ns sw)"
+  ip -n "$(ns sw)" link add br0 type bridge
+  ip -n "$(ns sw)" link set br0 up
+  for i in $(seq 1 "$n"); do
+    ip netns add "$(ns "h$i")"
+    ip link add "${prefix}a$i" type veth peer name "${prefix}b$i"
+    ip link set "${prefix}a$i" netns "$(ns "h$i")"
+    ip link set "${prefix}b$i" netns "$(ns sw)"
+    ip -n "$(ns "h$i")" link set "${prefix}a$i" name eth0
+    ip -n "$(ns "h$i")" addr add "$(host_ip "h$i")/24" dev eth0
+    ip -n "$(ns "h$i")" link set eth0 up
+    ip -n "$(ns "h$i")" link set lo up
+    ip -n "$(ns sw)" link set "${prefix}b$i" master br0 up
+  done
+  for i in $(seq 1 "$n"); do
+    mkdir -p "/etc/netns/$(ns "h$i")"
+    { echo "127.0.0.1 localhost"
+      for j in $(seq 1 "$n"); do echo "$(host_ip "h$j") h$j"; done
+    } > "/etc/netns/$(ns "h$i")/hosts"
+  done
+  cat > "$dir/agent" <<EOF
+#!/usr/bin/env bash
+# ssh in place: $dir/agent HOST COMMAND... runs COMMAND inside test host HOST.
+exec bash "$(cd "$(dirname "$0")" && pwd)/hosts.sh" exec "$dir" "\$@"
+EOF
+  chmod +x "$dir/agent"
+  for i in $(seq 2 "$n"); do  # h1 reaches every other host: a closed port answers "refused"
+    reachable h1 "h$i" || { log "h1 cannot reach h$i"; exit 1; }
+  done
+  log "hosts h1..h$n up on $HOSTS_SUBNET (namespaces $prefix-*)"
+}
+
+reachable() {  # FROM TO: a TCP connection to TO's discard port is refused (not timed out)
+  local out
+  out=$(ip netns exec "$(ns "$1")" timeout 3 bash -c "exec 3<>/dev/tcp/$(host_ip "$2")/9" 2>&1) && return 0
+  [[ $out == *refused* ]]
+}
+
+down() {
+  [ -f "$dir/hosts.env" ] || return 0
+  load
+  local name
+  for name in $(ip netns list | awk '{print $1}' | grep "^${HOSTS_PREFIX}-" || true); do
+    ip netns pids "$name" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns del "$name"
+    rm -rf "/etc/netns/$name"
+  done
+  rm -f "$dir/hosts.env" "$dir/agent"
+}
+
+run_in() {  # HOST COMMAND...: inside the host's namespace, with its own hostname
+  local host=$1
+  shift
+  [ $# -gt 0 ] || usage
+  # Launch agents get one string (ssh's convention); a direct call gets words. Both go to sh -c.
+  exec ip netns exec "$(ns "$host")" unshare --uts -- sh -c "hostname $host && exec sh -c \"\$0\"" "$*"
+}
+
+shape() {  # RATE DELAY: netem on each host's egress, so both directions see it
+  local i
+  for i in $(seq 1 "$HOSTS_N"); do
+    ip netns exec "$(ns "h$i")" tc qdisc replace dev eth0 root netem rate "$1" delay "$2"
+  done
+}
+
+unshape() {
+  local i
+  for i in $(seq 1 "$HOSTS_N"); do
+    ip netns exec "$(ns "h$i")" tc qdisc del dev eth0 root 2>/dev/null || true
+  done
+}
+
+case $action in
+  up) [ $# -eq 1 ] || usage; up "$1" ;;
+  down) down ;;
+  exec) load; run_in "$@" ;;
+  link) load; [ $# -eq 2 ] || usage; ip -n "$(ns "$1")" link set eth0 "$2" ;;
+  shape) load; [ $# -eq 2 ] || usage; shape "$1" "$2" ;;
+  unshape) load; unshape ;;
+  *) usage ;;
+esac
