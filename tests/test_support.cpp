@@ -111,6 +111,14 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
+std::string write_other_vocab(const std::string& path) {
+  std::string vocab = read_file(vocab_path());
+  const size_t the = vocab.find("the");
+  std::swap(vocab[the], vocab[the + 1]);
+  write_text(path, vocab);
+  return path;
+}
+
 std::vector<std::string> read_lines(const std::string& path) {
   std::istringstream in(read_file(path));
   std::vector<std::string> lines;

@@ -42,6 +42,9 @@ struct CommandResult {
 CommandResult run_command(const std::string& command_line);
 
 void write_text(const std::string& path, const std::string& text);
+// Writes a vocab of vocab_path()'s size whose tokens mean other words (two letters of "the"
+// swapped) to `path`, and returns `path`.
+std::string write_other_vocab(const std::string& path);
 
 // Shards (one shard + manifest, no MPI) of questions [first, first + count) of a SQuAD file,
 // renumbered from 0, with default feature parameters; with record_vocab_digest, the vocab's

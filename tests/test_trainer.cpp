@@ -241,10 +241,7 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
         << e.what();
   }
   o.model_config = data_->file("config.json");
-  std::string other_vocab = read_file(test::vocab_path());
-  std::swap(other_vocab[other_vocab.find("the")], other_vocab[other_vocab.find("the") + 1]);  // same size, other tokens
-  test::write_text(run.file("vocab.txt"), other_vocab);
-  o.vocab = run.file("vocab.txt");
+  o.vocab = test::write_other_vocab(run.file("vocab.txt"));
   try {
     train(o);
     FAIL() << "expected an error";
@@ -262,10 +259,7 @@ TEST_F(Trainer, RefusesAVocabOtherThanTheShardsWerePreparedWith) {
   o.train_dir = run.file("train");
   o.eval_dir.clear();
   o.stop_after_steps = 1;
-  std::string other_vocab = read_file(test::vocab_path());
-  std::swap(other_vocab[other_vocab.find("the")], other_vocab[other_vocab.find("the") + 1]);  // same size, other tokens
-  test::write_text(run.file("vocab.txt"), other_vocab);
-  o.vocab = run.file("vocab.txt");
+  o.vocab = test::write_other_vocab(run.file("vocab.txt"));
   try {
     train(o);
     FAIL() << "expected an error";
