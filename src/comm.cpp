@@ -6,15 +6,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "mpi_wait.hpp"
+#include "mpibert/peers.hpp"
 
 namespace mpibert {
 namespace {
 
 std::atomic<double> collective_timeout_seconds{0.0};
+constexpr int kAbortGraceSeconds = 5;
 
 }  // namespace
 
@@ -92,16 +95,25 @@ void set_collective_timeout(double seconds) { collective_timeout_seconds = secon
 double collective_timeout() { return collective_timeout_seconds; }
 
 void report_collective_timeout(const std::string& what, double waited_seconds, double timeout_seconds) {
-  spdlog::error("collective timed out after {:.0f} s (--collective-timeout {:g}) on rank {} while waiting for {}; "
-                "another rank is stuck or has died: ending the job",
-                waited_seconds, timeout_seconds, world_rank(), what);
+  const int rank = world_rank();
+  const auto& hosts = peer_hosts();
+  const std::string where = hosts.empty() ? "" : " (" + hosts[static_cast<size_t>(rank)] + ")";
+  spdlog::error("collective timed out after {:.0f} s (--collective-timeout {:g}) on rank {}{} while waiting for {}; "
+                "probing the other ranks",
+                waited_seconds, timeout_seconds, rank, where, what);
+  if (!hosts.empty()) {
+    constexpr double kProbeSeconds = 3;
+    spdlog::error("rank {}: {}: ending the job", rank, summarize_probes(probe_peers(kProbeSeconds), kProbeSeconds));
+  }
   spdlog::default_logger()->flush();
   abort_job(1);
 }
 
 bool all_ranks_ok(bool local_ok) {
   int local = local_ok ? 1 : 0, global = 0;
-  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Iallreduce(&local, &global, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request);
+  wait_for(request, "the ranks' agreement that a step of the run succeeded everywhere");
   return global == 1;
 }
 
@@ -109,7 +121,9 @@ int lowest_failing_rank(bool local_ok) {
   int rank = 0, candidate = 0, lowest = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   candidate = local_ok ? INT32_MAX : rank;
-  MPI_Allreduce(&candidate, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Iallreduce(&candidate, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request);
+  wait_for(request, "the ranks' agreement on which rank failed");
   return lowest == INT32_MAX ? -1 : lowest;
 }
 
@@ -118,15 +132,15 @@ std::vector<int64_t> gather_to_root(const std::vector<int64_t>& local) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::vector<int64_t> all(rank == 0 ? local.size() * static_cast<size_t>(size) : 0);
-  MPI_Gather(local.data(), static_cast<int>(local.size()), MPI_INT64_T, all.data(), static_cast<int>(local.size()),
-             MPI_INT64_T, 0, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Igather(local.data(), static_cast<int>(local.size()), MPI_INT64_T, all.data(), static_cast<int>(local.size()),
+              MPI_INT64_T, 0, MPI_COMM_WORLD, &request);
+  wait_for(request, "a gather of counts to rank 0");
   return all;
 }
 
 double max_over_ranks(double local) {
-  double global = 0;
-  MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return global;
+  return reduce_doubles({local}, MPI_MAX, "the maximum of a value over ranks").front();
 }
 
 std::vector<double> sum_over_ranks(std::vector<double> values, const std::string& what) {
@@ -141,14 +155,18 @@ std::vector<std::string> all_gather_strings(const std::string& local) {
   const int size = world_size();
   int length = static_cast<int>(local.size());
   std::vector<int> lengths(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
-  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request);
+  wait_for(request, "an all-gather of every rank's text (lengths)");
   int total = 0;
   for (int r = 0; r < size; ++r) {
     offsets[static_cast<size_t>(r)] = total;
     total += lengths[static_cast<size_t>(r)];
   }
   std::string all(static_cast<size_t>(total), '\0');
-  MPI_Allgatherv(local.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD);
+  MPI_Iallgatherv(local.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD,
+                  &request);
+  wait_for(request, "an all-gather of every rank's text");
   std::vector<std::string> result;
   for (int r = 0; r < size; ++r)
     result.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), static_cast<size_t>(lengths[static_cast<size_t>(r)])));
@@ -194,7 +212,16 @@ void abort_job(int exit_code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (initialized && !finalized) {
+    // MPI_Abort asks the launcher to kill every rank. Cut off from it (a dead link), Open MPI's
+    // abort can block until TCP gives up: this rank leaves on its own after a grace period.
+    std::thread([exit_code] {
+      std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+      std::fprintf(stderr, "mpibert: MPI_Abort did not end this process within %d s; exiting\n", kAbortGraceSeconds);
+      std::_Exit(exit_code);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
   std::exit(exit_code);
 }
 

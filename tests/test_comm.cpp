@@ -7,6 +7,7 @@
 // a failed check on one rank does not leave the ranks out of step for the tests that follow.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "mpibert/comm.hpp"
 #include "mpibert/communicator.hpp"
 #include "mpibert/logging.hpp"
+#include "mpibert/peers.hpp"
 
 namespace mpibert {
 namespace {
@@ -406,6 +408,31 @@ TEST_F(HostCollectives, AllGatherStringsOfDifferentLengths) {
   // Every rank empty.
   const auto empty = all_gather_strings("");
   EXPECT_EQ(empty, std::vector<std::string>(static_cast<size_t>(size_)));
+}
+
+// Every rank learns where every rank runs, and while all of them live every probe is answered
+// (the outcomes for a dead host or process are exercised across test hosts: ctest cluster.hosts).
+TEST_F(HostCollectives, PeersArePublishedAndAnswerProbes) {
+  publish_peer_addresses();
+  const auto& hosts = peer_hosts();
+  ASSERT_EQ(hosts.size(), static_cast<size_t>(size_));
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  EXPECT_EQ(hosts[static_cast<size_t>(rank_)], name);
+  const auto probes = probe_peers(5.0);
+  ASSERT_EQ(probes.size(), static_cast<size_t>(size_ - 1));
+  for (const PeerProbe& probe : probes) {
+    EXPECT_NE(probe.rank, rank_);
+    EXPECT_EQ(probe.outcome, PeerProbe::Outcome::kAnswers) << summarize_probes(probes, 5.0);
+  }
+  if (size_ > 1) EXPECT_EQ(summarize_probes(probes, 5.0).rfind("every other rank's process answers", 0), 0u);
+  barrier("after the probes");
+}
+
+TEST(Placement, GroupsConsecutiveRanksByHost) {
+  EXPECT_EQ(describe_placement({"h1", "h1", "h2", "h2", "h2"}), "h1 (ranks 0-1), h2 (ranks 2-4)");
+  EXPECT_EQ(describe_placement({"a", "b", "a"}), "a (rank 0), b (rank 1), a (rank 2)");
+  EXPECT_EQ(describe_placement({}), "");
 }
 
 std::vector<float> floats_of_rank(int r) {

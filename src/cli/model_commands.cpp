@@ -8,6 +8,7 @@
 #include "mpibert/comm.hpp"
 #include "mpibert/device.hpp"
 #include "mpibert/io.hpp"
+#include "mpibert/peers.hpp"
 #include "mpibert/prep.hpp"
 #include "mpibert/run_log.hpp"
 #include "mpibert/logging.hpp"
@@ -134,6 +135,7 @@ int ModelCommands::run() {
   MpiSession mpi(nullptr, nullptr);
   init_logging(mpi.rank(), mpi.size(), impl_->log_level, impl_->log_all_ranks);
   set_collective_timeout(impl_->collective_timeout);
+  if (mpi.size() > 1) publish_peer_addresses();  // so that a timeout can name the rank and host it lost
   try {
     return impl_->eval->parsed() ? impl_->run_eval() : impl_->run_train();
   } catch (const PeerFailure& e) {

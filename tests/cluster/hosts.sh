@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # Throwaway test hosts on this machine: network namespaces joined by veth pairs to a bridge that
 # lives in a namespace of its own, on a private subnet that only they have. Nothing outside the
-# namespaces is addressed or changed, except /etc/netns/NS/hosts (ip netns exec mounts it over
+# namespaces is addressed or changed, except /etc/netns/NS/hosts (bound over
 # /etc/hosts inside NS), which `down` removes with the namespaces.
 #   tests/cluster/hosts.sh up DIR N       # hosts h1..hN; writes DIR/hosts.env and DIR/agent
 #   tests/cluster/hosts.sh exec DIR HOST COMMAND...   # COMMAND inside HOST, hostname HOST
+#   tests/cluster/hosts.sh mpirun DIR N COMMAND...    # mpirun in h1, one rank per host h1..hN
 #   tests/cluster/hosts.sh link DIR HOST up|down      # the host's only link
 #   tests/cluster/hosts.sh shape DIR RATE DELAY       # netem on every host's link (e.g. 100mbit 1ms)
 #   tests/cluster/hosts.sh unshape DIR
 #   tests/cluster/hosts.sh down DIR       # removes exactly what `up` made (by the names in DIR)
 #
 # DIR/agent is a launch agent in ssh's place (Open MPI's plm_rsh_agent): `agent HOST COMMAND`
-# runs COMMAND inside HOST. DIR/hosts.env gives HOSTS_SUBNET, HOSTS_PREFIX and HOSTS_N.
+# runs COMMAND inside HOST. DIR/hosts.env gives HOSTS_SUBNET, HOSTS_PREFIX and HOSTS_N. `mpirun`
+# starts the daemons through it and keeps Open MPI on the test subnet over TCP (btl tcp,self:
+# no shared memory between hosts); HOSTS_MPIRUN_ARGS adds mpirun options, and OMP_NUM_THREADS
+# is passed to the ranks.
+# Each host gives up on an unanswered TCP connection after ~13 s (net.ipv4.tcp_retries2=5, a
+# per-namespace setting), so that a launcher behind a cut link ends in the time of a test.
 # Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN), iproute2 and util-linux's unshare.
 set -euo pipefail
 
-usage() { sed -n '5,11s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+usage() { sed -n '6,13s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 action=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -55,6 +61,9 @@ EOF
     ip -n "$(ns "h$i")" addr add "$(host_ip "h$i")/24" dev eth0
     ip -n "$(ns "h$i")" link set eth0 up
     ip -n "$(ns "h$i")" link set lo up
+    # A dead peer is given up after ~13 s of retransmissions instead of Linux's ~15 min
+    # (tcp_retries2=15): how long mpirun waits on a daemon behind a dead link.
+    ip netns exec "$(ns "h$i")" sysctl -qw net.ipv4.tcp_retries2=5
     ip -n "$(ns sw)" link set "${prefix}b$i" master br0 up
   done
   for i in $(seq 1 "$n"); do
@@ -98,7 +107,21 @@ run_in() {  # HOST COMMAND...: inside the host's namespace, with its own hostnam
   shift
   [ $# -gt 0 ] || usage
   # Launch agents get one string (ssh's convention); a direct call gets words. Both go to sh -c.
-  exec ip netns exec "$(ns "$host")" unshare --uts -- sh -c "hostname $host && exec sh -c \"\$0\"" "$*"
+  # Not `ip netns exec`: it remounts /sys, which hides the cgroup tree that slurmd needs. Only the
+  # network namespace is entered; a private mount namespace gives the host its /etc/hosts.
+  exec nsenter --net="/run/netns/$(ns "$host")" unshare --uts --mount -- \
+    sh -c "mount --bind /etc/netns/$(ns "$host")/hosts /etc/hosts && hostname $host && exec sh -c \"\$0\"" "$*"
+}
+
+# mpirun inside h1 for N ranks, one on each of h1..hN; it prints its map (--display-map).
+run_mpi() {  # N COMMAND...
+  local n=$1 hosts
+  shift
+  [ "$n" -le "$HOSTS_N" ] && [ $# -gt 0 ] || usage
+  hosts=$(seq -s, -f 'h%g' 1 "$n")
+  run_in h1 "mpirun -n $n --host $hosts --bind-to none --display-map --mca plm_rsh_agent $dir/agent" \
+    "--mca btl tcp,self --mca btl_tcp_if_include $HOSTS_SUBNET --mca oob_tcp_if_include $HOSTS_SUBNET" \
+    "-x OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ${HOSTS_MPIRUN_ARGS:-} $*"
 }
 
 shape() {  # RATE DELAY: netem on each host's egress, so both directions see it
@@ -119,6 +142,7 @@ case $action in
   up) [ $# -eq 1 ] || usage; up "$1" ;;
   down) down ;;
   exec) load; run_in "$@" ;;
+  mpirun) load; run_mpi "$@" ;;
   link) load; [ $# -eq 2 ] || usage; ip -n "$(ns "$1")" link set eth0 "$2" ;;
   shape) load; [ $# -eq 2 ] || usage; shape "$1" "$2" ;;
   unshape) load; unshape ;;

@@ -7,7 +7,9 @@
 #      model.safetensors as on 1 host x 2 ranks over shared memory, for ddp and for zero1;
 #   2. a rank killed (SIGKILL) on h2 mid-run: every rank on both hosts is gone within 30 s, mpirun
 #      exits non-zero naming the lost rank and its host, and no file under its final name in the
-#      run directory is half-written (no results.json; every checkpoint-N complete).
+#      run directory is half-written (no results.json; every checkpoint-N complete);
+#   3. h2's link set down mid-run: rank 0's collective timeout names rank 1 on h2 as unreachable,
+#      every rank is gone within 30 s, mpirun exits non-zero (within 90 s), nothing half-written.
 # Needs root (network namespaces). Environment: MPIBERT_BIN_DIR
 # (default build/bin), KEEP_TMP=1 keeps the temporary directory.
 set -uo pipefail
@@ -51,14 +53,10 @@ train_args() {  # OUTPUT_DIR STRATEGY [more mpibert train options]
   echo "$bin/mpibert train --model-config $root/configs/small-bert.json --vocab $vocab --train-shards $work/shards" \
        "--output-dir $out --strategy $strategy --batch-size 4 --threads 1 --seed 7 --logging-steps 1 $*"
 }
-# mpirun on h1 for ranks on h1 and h2: TCP on the test subnet only, h2 reached through the agent.
-across_hosts() {  # LOG COMMAND: 2 ranks, one per host
+across_hosts() {  # LOG COMMAND: 2 ranks, one per host (hosts.sh mpirun: TCP on the test subnet)
   local log=$1
   shift
-  bash "$hosts_sh" exec "$hosts" h1 \
-    "mpirun -n 2 --host h1,h2 --bind-to none --display-map --mca plm_rsh_agent $hosts/agent --mca btl tcp,self" \
-    "--mca btl_tcp_if_include $HOSTS_SUBNET --mca oob_tcp_if_include $HOSTS_SUBNET" \
-    "-x OMP_NUM_THREADS $*" > "$log" 2>&1
+  bash "$hosts_sh" mpirun "$hosts" 2 "$*" > "$log" 2>&1
 }
 
 # --- 1. 2 hosts x 1 rank = 1 host x 2 ranks -------------------------------------------------
@@ -75,43 +73,89 @@ for strategy in ddp zero1; do
   say "$strategy: identical weights after 4 steps"
 done
 
+# --- faults: a run across the hosts, broken after its checkpoint-2 and step 4 -----------------
+launcher="" out=""
+start_faulty_run() {  # NAME [mpibert train options]: in the background, until checkpoint-2 and step 4
+  local name=$1
+  shift
+  out=$work/$name
+  across_hosts "$work/$name.log" "$(train_args "$out" ddp --max-steps 400 --save-steps 2 "$@")" &
+  launcher=$!
+  for _ in $(seq 1 240); do  # up to 120 s
+    [ -d "$out/checkpoint-2" ] && grep -q '"step":4' "$out/metrics.jsonl" 2>/dev/null && return 0
+    kill -0 "$launcher" 2>/dev/null || { cat "$work/$name.log"; fail "$name: the run ended before the fault"; }
+    sleep 0.5
+  done
+  kill "$launcher"; cat "$work/$name.log"; fail "$name: no step 4 within 120 s"
+}
+training_pids() {  # HOST -> the mpibert processes in it (by executable: the launching shells
+  # carry "mpibert train" in their arguments too)
+  ip netns pids "$HOSTS_PREFIX-$1" | xargs -r ps -o pid=,comm= -p | awk '$2 == "mpibert" {print $1}'
+}
+training_processes() { training_pids "$1" | wc -l; }  # HOST
+seconds_until_gone() {  # SINCE LIMIT: waits until no training process is left on either host
+  while [ "$(training_processes h1)" -gt 0 ] || [ "$(training_processes h2)" -gt 0 ]; do
+    [ $(( $(date +%s) - $1 )) -lt "$2" ] || { echo "$2+"; return; }
+    sleep 0.5
+  done
+  echo $(( $(date +%s) - $1 ))
+}
+seconds_until_launcher_ends() {  # SINCE LIMIT: kills mpirun past LIMIT
+  while kill -0 "$launcher" 2>/dev/null; do
+    [ $(( $(date +%s) - $1 )) -lt "$2" ] || { kill -KILL "$launcher"; echo "$2+"; return; }
+    sleep 0.5
+  done
+  echo $(( $(date +%s) - $1 ))
+}
+# Whatever a failed run was writing stays under its temporary name; what has its final name is whole.
+check_nothing_half_written() {  # RUN_DIR
+  [ ! -e "$1/results.json" ] || fail "results.json written by a failed run"
+  for checkpoint in "$1"/checkpoint-*; do
+    for file in model.safetensors optimizer.safetensors trainer_state.json rank-0.safetensors rank-1.safetensors; do
+      [ -s "$checkpoint/$file" ] || fail "$checkpoint has no $file"
+    done
+  done
+}
+
 # --- 2. a rank killed on the other host --------------------------------------------------------
 say "killing rank 1 on h2 in the middle of a run"
-out=$work/killed
-across_hosts "$work/killed.log" "$(train_args "$out" ddp --max-steps 400 --save-steps 2)" &
-launcher=$!
-rank1=""
-for _ in $(seq 1 240); do  # up to 120 s for a checkpoint and a few more steps
-  if [ -d "$out/checkpoint-2" ] && grep -q '"step":4' "$out/metrics.jsonl" 2>/dev/null; then
-    rank1=$(ip netns pids "$HOSTS_PREFIX-h2" | xargs -r ps -o pid=,args= -p | awk '/mpibert train/ {print $1; exit}')
-    [ -n "$rank1" ] && break
-  fi
-  kill -0 "$launcher" 2>/dev/null || { cat "$work/killed.log"; fail "the run ended before the kill"; }
-  sleep 0.5
-done
+start_faulty_run killed
+rank1=$(training_pids h2 | head -n 1)
 [ -n "$rank1" ] || { kill "$launcher"; cat "$work/killed.log"; fail "no training rank found on h2"; }
 kill -KILL "$rank1"
 killed_at=$(date +%s)
-while kill -0 "$launcher" 2>/dev/null && [ $(( $(date +%s) - killed_at )) -lt 60 ]; do sleep 0.5; done
-ended_after=$(( $(date +%s) - killed_at ))
-if kill -0 "$launcher" 2>/dev/null; then
-  kill -KILL "$launcher"
-  cat "$work/killed.log"
-  fail "mpirun still runs 60 s after rank 1 was killed on h2"
-fi
+ended_after=$(seconds_until_launcher_ends "$killed_at" 60)
+[[ $ended_after != *+ ]] || { cat "$work/killed.log"; fail "mpirun still runs 60 s after rank 1 was killed on h2"; }
 wait "$launcher" && fail "mpirun exited 0 after a rank was killed"
 [ "$ended_after" -le 30 ] || fail "the job took ${ended_after} s (> 30 s) to end after rank 1 was killed"
-for ns in "$HOSTS_PREFIX-h1" "$HOSTS_PREFIX-h2"; do
-  left=$(ip netns pids "$ns" | xargs -r ps -o args= -p | grep -c "mpibert train" || true)
-  [ "$left" -eq 0 ] || fail "$left mpibert process(es) left in $ns"
+for host in h1 h2; do
+  [ "$(training_processes $host)" -eq 0 ] || fail "mpibert process(es) left on $host"
 done
 grep -Eq "rank 1 .*(h2)|h2.*rank 1" "$work/killed.log" ||
   { cat "$work/killed.log"; fail "mpirun's message does not name rank 1 on h2"; }
-# Whatever a killed rank was writing stays under its temporary name; what has its final name is whole.
-[ ! -e "$out/results.json" ] || fail "results.json written by a failed run"
-for checkpoint in "$out"/checkpoint-*; do
-  for file in model.safetensors optimizer.safetensors trainer_state.json rank-0.safetensors rank-1.safetensors; do
-    [ -s "$checkpoint/$file" ] || fail "$checkpoint has no $file"
-  done
-done
-say "the job ended ${ended_after} s after the kill: $(grep -m1 -E 'rank 1' "$work/killed.log")"
+check_nothing_half_written "$out"
+say "the job ended ${ended_after} s after the kill: $(grep -m1 -E 'rank 1 .*h2' "$work/killed.log")"
+
+# --- 3. h2's link down in the middle of a run ----------------------------------------------------
+# The ranks see a collective that never completes: after --collective-timeout the waiting rank
+# probes its peers, names the one that does not answer, and aborts. mpirun then has to give up on
+# its daemon on h2, which TCP decides: hosts.sh's hosts retry for about 13 s (tcp_retries2=5), and
+# oob keepalives (below) let the daemon on h2 notice too; both are settings of the launch, not of
+# mpibert (tests/cluster/hosts.sh and jobs/README.md).
+say "setting h2's link down in the middle of a run (--collective-timeout 5)"
+HOSTS_MPIRUN_ARGS="--mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3" \
+  start_faulty_run cut --collective-timeout 5
+bash "$hosts_sh" link "$hosts" h2 down
+cut_at=$(date +%s)
+ranks_gone_after=$(seconds_until_gone "$cut_at" 60)
+[[ $ranks_gone_after != *+ ]] || fail "mpibert still runs on h1 or h2 60 s after h2's link went down"
+[ "$ranks_gone_after" -le 30 ] || fail "the ranks took ${ranks_gone_after} s (> 30 s) to end after h2's link went down"
+ended_after=$(seconds_until_launcher_ends "$cut_at" 90)
+[[ $ended_after != *+ ]] || { cat "$work/cut.log"; fail "mpirun still runs 90 s after h2's link went down"; }
+wait "$launcher" && fail "mpirun exited 0 after h2's link went down"
+grep -q "collective timed out after .* on rank 0 (h1) while waiting for" "$work/cut.log" ||
+  { cat "$work/cut.log"; fail "rank 0 did not report the collective timeout"; }
+grep -q "rank 1 on h2 does not answer (nothing from .* its host or the link to it is down)" "$work/cut.log" ||
+  { cat "$work/cut.log"; fail "the timeout report does not name rank 1 on h2 as unreachable"; }
+check_nothing_half_written "$out"
+say "ranks gone ${ranks_gone_after} s and mpirun ${ended_after} s after the cut: $(grep -m1 -o 'rank 1 on h2 does not answer.*' "$work/cut.log")"
