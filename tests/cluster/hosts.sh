@@ -7,7 +7,7 @@
 #   tests/cluster/hosts.sh exec DIR HOST COMMAND...   # COMMAND inside HOST, hostname HOST
 #   tests/cluster/hosts.sh mpirun DIR N COMMAND...    # mpirun in h1, one rank per host h1..hN
 #   tests/cluster/hosts.sh link DIR HOST up|down      # the host's only link
-#   tests/cluster/hosts.sh shape DIR RATE DELAY       # netem on every host's link (e.g. 100mbit 1ms)
+#   tests/cluster/hosts.sh shape DIR RATE DELAY       # every host's link (e.g. 100mbit 1ms; netem or tbf)
 #   tests/cluster/hosts.sh unshape DIR
 #   tests/cluster/hosts.sh down DIR       # removes exactly what `up` made (by the names in DIR)
 #
@@ -124,10 +124,23 @@ run_mpi() {  # N COMMAND...
     "-x OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ${HOSTS_MPIRUN_ARGS:-} $*"
 }
 
-shape() {  # RATE DELAY: netem on each host's egress, so both directions see it
-  local i
+# RATE DELAY on each host's egress, so both directions see it. netem does both; where the kernel
+# has no netem (this project's VMs: no sch_netem, no modules), a token bucket (tbf) limits the
+# rate alone, with a burst of 1 ms at the rate (at least 16 KiB), and a delay other than 0 fails.
+shape() {  # RATE DELAY
+  local i bits
+  case $1 in
+    *kbit) bits=$(( ${1%kbit} * 1000 )) ;;
+    *mbit) bits=$(( ${1%mbit} * 1000000 )) ;;
+    *gbit) bits=$(( ${1%gbit} * 1000000000 )) ;;
+    *) log "rate $1: expected NNNkbit, NNNmbit or NNNgbit"; exit 2 ;;
+  esac
   for i in $(seq 1 "$HOSTS_N"); do
-    ip netns exec "$(ns "h$i")" tc qdisc replace dev eth0 root netem rate "$1" delay "$2"
+    if ! ip netns exec "$(ns "h$i")" tc qdisc replace dev eth0 root netem rate "$1" delay "$2" 2>/dev/null; then
+      case $2 in 0|0ms|0us) ;; *) log "this kernel has no netem: a delay ($2) cannot be set"; exit 1 ;; esac
+      ip netns exec "$(ns "h$i")" tc qdisc replace dev eth0 root tbf rate "$1" \
+        burst $(( bits / 8000 > 16384 ? bits / 8000 : 16384 )) latency 100ms
+    fi
   done
 }
 
