@@ -7,7 +7,6 @@
 // a failed check on one rank does not leave the ranks out of step for the tests that follow.
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <unistd.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -23,6 +22,7 @@
 #include "mpibert/communicator.hpp"
 #include "mpibert/logging.hpp"
 #include "mpibert/peers.hpp"
+#include "test_support.hpp"
 
 namespace mpibert {
 namespace {
@@ -416,9 +416,7 @@ TEST_F(HostCollectives, PeersArePublishedAndAnswerProbes) {
   publish_peer_addresses();
   const auto& hosts = peer_hosts();
   ASSERT_EQ(hosts.size(), static_cast<size_t>(size_));
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  EXPECT_EQ(hosts[static_cast<size_t>(rank_)], name);
+  EXPECT_EQ(hosts[static_cast<size_t>(rank_)], test::host_name());
   const auto probes = probe_peers(5.0);
   ASSERT_EQ(probes.size(), static_cast<size_t>(size_ - 1));
   for (const PeerProbe& probe : probes) {

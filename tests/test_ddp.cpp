@@ -280,9 +280,14 @@ TEST_F(DataParallelRun, AHungRankIsReportedByTheCollectiveTimeout) {
   auto result = train(2, runs.file("run"), "--batch-size 4 --max-steps 20 --collective-timeout 3", "MPIBERT_INJECT_HANG=1:2");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_NE(result.exit_status, 0);
-  // Rank 0 waits for rank 1 in the first gradient bucket of step 2, and says so.
-  EXPECT_NE(result.output.find("[rank 0] [error] collective timed out after 3 s (--collective-timeout 3) on rank 0 while waiting "
-                               "for all-reduce of gradient bucket 0"),
+  // Rank 0 waits for rank 1 in the first gradient bucket of step 2, and says so; its probe finds
+  // rank 1's process alive (hung, not gone).
+  EXPECT_NE(result.output.find("[rank 0] [error] collective timed out after 3 s (--collective-timeout 3) on rank 0 (" +
+                               test::host_name() + ") while waiting for all-reduce of gradient bucket 0"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("[rank 0] [error] rank 0: every other rank's process answers a probe, so one of them is "
+                               "stuck rather than gone: ending the job"),
             std::string::npos)
       << result.output;
   EXPECT_LT(seconds, 30.0) << result.output;
