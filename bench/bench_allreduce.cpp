@@ -17,6 +17,7 @@
 
 #include "mpibert/comm.hpp"
 #include "mpibert/communicator.hpp"
+#include "mpibert/process.hpp"
 
 namespace {
 
@@ -160,10 +161,8 @@ int main(int argc, char** argv) {
   const auto options = torch::TensorOptions().dtype(dtypes.at(dtype)).device(device);
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtypes.at(dtype)));
 
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
   const std::vector<std::string> ranks =
-      mpibert::all_gather_strings(std::string(host) + " pid " + std::to_string(getpid()) + " device " + device.str());
+      mpibert::all_gather_strings(mpibert::host_name() + " pid " + std::to_string(getpid()) + " device " + device.str());
   const bool print = session.rank() == 0;
   if (print) {
     std::printf("# mpibert bench_allreduce: backend %s, %d ranks, dtype %s, sizes %s..%s x%g, warmup %d, iters %d\n",

@@ -96,7 +96,7 @@ double collective_timeout() { return collective_timeout_seconds; }
 
 void report_collective_timeout(const std::string& what, double waited_seconds, double timeout_seconds) {
   const int rank = world_rank();
-  const auto& hosts = peer_hosts();
+  const std::vector<std::string> hosts = peer_hosts();
   const std::string where = hosts.empty() ? "" : " (" + hosts[static_cast<size_t>(rank)] + ")";
   spdlog::error("collective timed out after {:.0f} s (--collective-timeout {:g}) on rank {}{} while waiting for {}; "
                 "probing the other ranks",

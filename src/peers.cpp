@@ -12,9 +12,11 @@
 
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <sstream>
 
 #include "mpibert/comm.hpp"
+#include "mpibert/process.hpp"
 
 namespace mpibert {
 namespace {
@@ -26,7 +28,6 @@ struct PeerAddress {
 };
 
 std::vector<PeerAddress> peer_addresses;
-std::vector<std::string> host_names;
 
 // Listens on an ephemeral port for the rest of the process and returns it (0 when that fails:
 // the job runs on, its timeout reports just name fewer peers). The backlog is the system's
@@ -56,12 +57,6 @@ std::string resolve_ipv4(const std::string& host) {
   inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
   freeaddrinfo(found);
   return text;
-}
-
-std::string local_host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "unknown";
-  return name;
 }
 
 // Starts a non-blocking connection; returns the descriptor (-1 when it already failed, with
@@ -135,20 +130,25 @@ std::string describe_probe(const PeerProbe& probe, double seconds) {
 
 void publish_peer_addresses() {
   const int port = open_probe_port();
-  const std::vector<std::string> all = all_gather_strings(local_host_name() + " " + std::to_string(port));
+  const std::vector<std::string> all = all_gather_strings(host_name() + " " + std::to_string(port));
   peer_addresses.clear();
-  host_names.clear();
+  std::map<std::string, std::string> resolved;  // one lookup per host, not per rank
   for (const std::string& entry : all) {
     PeerAddress peer;
     std::istringstream(entry) >> peer.host >> peer.port;
-    peer.ip = resolve_ipv4(peer.host);
-    host_names.push_back(peer.host);
+    auto found = resolved.find(peer.host);
+    if (found == resolved.end()) found = resolved.emplace(peer.host, resolve_ipv4(peer.host)).first;
+    peer.ip = found->second;
     peer_addresses.push_back(peer);
   }
-  if (world_rank() == 0) spdlog::info("ranks run on {}", describe_placement(host_names));
+  if (world_rank() == 0) spdlog::info("ranks run on {}", describe_placement(peer_hosts()));
 }
 
-const std::vector<std::string>& peer_hosts() { return host_names; }
+std::vector<std::string> peer_hosts() {
+  std::vector<std::string> hosts;
+  for (const PeerAddress& peer : peer_addresses) hosts.push_back(peer.host);
+  return hosts;
+}
 
 std::string describe_placement(const std::vector<std::string>& hosts) {
   std::ostringstream out;

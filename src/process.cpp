@@ -1,8 +1,15 @@
 #include "mpibert/process.hpp"
 
 #include <malloc.h>
+#include <unistd.h>
 
 namespace mpibert {
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
 
 void keep_freed_memory_for_reuse() {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);  // below 1 GiB, allocate from the heap (reusable)

@@ -1,7 +1,6 @@
 #include "mpibert/run_log.hpp"
 
 #include <mpi.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include "mpibert/device.hpp"
 #include "mpibert/error.hpp"
 #include "mpibert/io.hpp"
+#include "mpibert/process.hpp"
 #include "mpibert/shards.hpp"
 
 namespace mpibert {
@@ -119,11 +119,9 @@ void RunLog::scalar(const std::string& tag, double value, int64_t step) {
 }
 
 nlohmann::ordered_json run_environment(int world_size, const std::string& communication, const torch::Device& device) {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
   const char* slurm_job = std::getenv("SLURM_JOB_ID");
   const std::string nccl = nccl_version();
-  return {{"host", host},
+  return {{"host", host_name()},
           {"world_size", world_size},
           {"devices", describe_device(device)},
           {"cpu_model", cpu_model()},

@@ -12,6 +12,7 @@
 
 #include "mpibert/error.hpp"
 #include "mpibert/io.hpp"
+#include "mpibert/process.hpp"
 #include "tensorboard_event.pb.h"
 
 namespace mpibert {
@@ -40,12 +41,6 @@ uint64_t load_le(const std::string& in, size_t offset, int bytes) {
   uint64_t value = 0;
   for (int i = 0; i < bytes; ++i) value |= uint64_t{static_cast<unsigned char>(in[offset + i])} << (8 * i);
   return value;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
 }
 
 std::string serialize(const tensorboard::Event& event) {

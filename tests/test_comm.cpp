@@ -22,7 +22,7 @@
 #include "mpibert/communicator.hpp"
 #include "mpibert/logging.hpp"
 #include "mpibert/peers.hpp"
-#include "test_support.hpp"
+#include "mpibert/process.hpp"
 
 namespace mpibert {
 namespace {
@@ -414,9 +414,9 @@ TEST_F(HostCollectives, AllGatherStringsOfDifferentLengths) {
 // (the outcomes for a dead host or process are exercised across test hosts: ctest cluster.hosts).
 TEST_F(HostCollectives, PeersArePublishedAndAnswerProbes) {
   publish_peer_addresses();
-  const auto& hosts = peer_hosts();
+  const std::vector<std::string> hosts = peer_hosts();
   ASSERT_EQ(hosts.size(), static_cast<size_t>(size_));
-  EXPECT_EQ(hosts[static_cast<size_t>(rank_)], test::host_name());
+  EXPECT_EQ(hosts[static_cast<size_t>(rank_)], host_name());
   const auto probes = probe_peers(5.0);
   ASSERT_EQ(probes.size(), static_cast<size_t>(size_ - 1));
   for (const PeerProbe& probe : probes) {

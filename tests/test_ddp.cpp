@@ -12,6 +12,7 @@
 #include <torch/cuda.h>
 
 #include "mpibert/io.hpp"
+#include "mpibert/process.hpp"
 #include "mpibert/safetensors.hpp"
 #include "test_support.hpp"
 
@@ -283,7 +284,7 @@ TEST_F(DataParallelRun, AHungRankIsReportedByTheCollectiveTimeout) {
   // Rank 0 waits for rank 1 in the first gradient bucket of step 2, and says so; its probe finds
   // rank 1's process alive (hung, not gone).
   EXPECT_NE(result.output.find("[rank 0] [error] collective timed out after 3 s (--collective-timeout 3) on rank 0 (" +
-                               test::host_name() + ") while waiting for all-reduce of gradient bucket 0"),
+                               host_name() + ") while waiting for all-reduce of gradient bucket 0"),
             std::string::npos)
       << result.output;
   EXPECT_NE(result.output.find("[rank 0] [error] rank 0: every other rank's process answers a probe, so one of them is "

@@ -1,7 +1,6 @@
 #include "test_support.hpp"
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -44,12 +43,6 @@ std::string squad_v1_path() { return data_dir() + "/squad/dev-v1.1.json.gz"; }
 std::string squad_v2_path() { return data_dir() + "/squad/dev-v2.0.json.gz"; }
 std::string bin_dir() { return MPIBERT_BIN_DIR; }
 std::string mpiexec() { return MPIBERT_MPIEXEC; }
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) throw std::runtime_error("gethostname failed");
-  return name;
-}
 
 TempDir::TempDir() {
   std::string pattern = (fs::temp_directory_path() / "mpibert-test-XXXXXX").string();

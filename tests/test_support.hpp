@@ -16,8 +16,6 @@ std::string squad_v1_path();
 std::string squad_v2_path();
 std::string bin_dir();
 std::string mpiexec();
-// This machine's host name (gethostname), as mpibert's logs name it.
-std::string host_name();
 
 // A fresh directory under /tmp, removed with its contents on destruction.
 class TempDir {

@@ -19,7 +19,7 @@ namespace mpibert {
 void publish_peer_addresses();
 
 // Every rank's host name, in rank order (empty before publish_peer_addresses).
-const std::vector<std::string>& peer_hosts();
+std::vector<std::string> peer_hosts();
 
 // "HOST (ranks A-B), HOST (ranks C)": where the ranks run, for the log.
 std::string describe_placement(const std::vector<std::string>& hosts);

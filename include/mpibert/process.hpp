@@ -1,7 +1,13 @@
-// Process-wide settings for tensor workloads.
+// Process-wide settings for tensor workloads, and facts about the process's machine.
 #pragma once
 
+#include <string>
+
 namespace mpibert {
+
+// This machine's host name (gethostname), or "localhost" if it has none: what logs, run records,
+// event file names and peer probes call it.
+std::string host_name();
 
 // Keeps freed tensor memory in the heap instead of handing every large block back to the kernel.
 // glibc serves big allocations with mmap and munmaps them on free, so each training step would
