@@ -93,19 +93,16 @@ training_pids() {  # HOST -> the mpibert processes in it (by executable: the lau
   ip netns pids "$HOSTS_PREFIX-$1" | xargs -r ps -o pid=,comm= -p | awk '$2 == "mpibert" {print $1}'
 }
 training_processes() { training_pids "$1" | wc -l; }  # HOST
-seconds_until_gone() {  # SINCE LIMIT: waits until no training process is left on either host
-  while [ "$(training_processes h1)" -gt 0 ] || [ "$(training_processes h2)" -gt 0 ]; do
-    [ $(( $(date +%s) - $1 )) -lt "$2" ] || { echo "$2+"; return; }
+training_runs() { [ "$(training_processes h1)" -gt 0 ] || [ "$(training_processes h2)" -gt 0 ]; }
+launcher_runs() { kill -0 "$launcher" 2>/dev/null; }
+seconds_while() {  # SINCE LIMIT COMMAND...: seconds from SINCE until COMMAND fails, or "LIMIT+"
+  local since=$1 limit=$2
+  shift 2
+  while "$@"; do
+    [ $(( $(date +%s) - since )) -lt "$limit" ] || { echo "$limit+"; return; }
     sleep 0.5
   done
-  echo $(( $(date +%s) - $1 ))
-}
-seconds_until_launcher_ends() {  # SINCE LIMIT: kills mpirun past LIMIT
-  while kill -0 "$launcher" 2>/dev/null; do
-    [ $(( $(date +%s) - $1 )) -lt "$2" ] || { kill -KILL "$launcher"; echo "$2+"; return; }
-    sleep 0.5
-  done
-  echo $(( $(date +%s) - $1 ))
+  echo $(( $(date +%s) - since ))
 }
 # Whatever a failed run was writing stays under its temporary name; what has its final name is whole.
 check_nothing_half_written() {  # RUN_DIR
@@ -124,8 +121,9 @@ rank1=$(training_pids h2 | head -n 1)
 [ -n "$rank1" ] || { kill "$launcher"; cat "$work/killed.log"; fail "no training rank found on h2"; }
 kill -KILL "$rank1"
 killed_at=$(date +%s)
-ended_after=$(seconds_until_launcher_ends "$killed_at" 60)
-[[ $ended_after != *+ ]] || { cat "$work/killed.log"; fail "mpirun still runs 60 s after rank 1 was killed on h2"; }
+ended_after=$(seconds_while "$killed_at" 60 launcher_runs)
+[[ $ended_after != *+ ]] ||
+  { kill -KILL "$launcher"; cat "$work/killed.log"; fail "mpirun still runs 60 s after rank 1 was killed on h2"; }
 wait "$launcher" && fail "mpirun exited 0 after a rank was killed"
 [ "$ended_after" -le 30 ] || fail "the job took ${ended_after} s (> 30 s) to end after rank 1 was killed"
 for host in h1 h2; do
@@ -147,11 +145,11 @@ HOSTS_MPIRUN_ARGS="--mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl
   start_faulty_run cut --collective-timeout 5
 bash "$hosts_sh" link "$hosts" h2 down
 cut_at=$(date +%s)
-ranks_gone_after=$(seconds_until_gone "$cut_at" 60)
+ranks_gone_after=$(seconds_while "$cut_at" 60 training_runs)
 [[ $ranks_gone_after != *+ ]] || fail "mpibert still runs on h1 or h2 60 s after h2's link went down"
 [ "$ranks_gone_after" -le 30 ] || fail "the ranks took ${ranks_gone_after} s (> 30 s) to end after h2's link went down"
-ended_after=$(seconds_until_launcher_ends "$cut_at" 90)
-[[ $ended_after != *+ ]] || { cat "$work/cut.log"; fail "mpirun still runs 90 s after h2's link went down"; }
+ended_after=$(seconds_while "$cut_at" 90 launcher_runs)
+[[ $ended_after != *+ ]] || { kill -KILL "$launcher"; cat "$work/cut.log"; fail "mpirun still runs 90 s after h2's link went down"; }
 wait "$launcher" && fail "mpirun exited 0 after h2's link went down"
 grep -q "collective timed out after .* on rank 0 (h1) while waiting for" "$work/cut.log" ||
   { cat "$work/cut.log"; fail "rank 0 did not report the collective timeout"; }

@@ -56,12 +56,13 @@ stop_daemon() {  # NAME
 }
 
 # A client command (squeue, scontrol, ...) where slurmctld can be reached: inside h1's namespace
-# on a cluster of test hosts (the prefix recorded in DIR/run/client).
+# on a cluster of test hosts (env.sh's SLURM_CLIENT).
 client() {
-  local prefix=()
-  # shellcheck disable=SC2207
-  [ ! -s "$dir/run/client" ] || prefix=($(cat "$dir/run/client"))
-  "${prefix[@]}" "$@"
+  local SLURM_CLIENT=""
+  # shellcheck disable=SC1091
+  [ ! -f "$dir/env.sh" ] || source "$dir/env.sh"
+  # shellcheck disable=SC2086
+  $SLURM_CLIENT "$@"
 }
 
 daemon_names() {  # KIND -> the daemons of that kind recorded: KIND (one node) or KIND-h1, ...
@@ -208,7 +209,6 @@ EOF
   mkdir -p "$dir/pmix"
   echo "PMIxCliTmpDirBase=$dir/pmix" > "$dir/etc/mpi.conf"
   export SLURM_CONF="$dir/etc/slurm.conf"
-  echo "$client_prefix" > "$dir/run/client"
   write_env
 
   # --- slurmctld and slurmd in the foreground (-D), so that the pid we record is theirs ---
