@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <map>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/communicator.hpp"
-#include "mpibert/process.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/dist/communicator.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 namespace {
 
@@ -149,8 +149,8 @@ int main(int argc, char** argv) {
   torch::Device device(torch::kCPU);
   try {
     if (backend == "nccl") {
-      device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(session.local_rank()));
-      comm = mpibert::make_nccl_communicator(session.local_rank(), 300);
+      device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(mpibert::local_rank()));
+      comm = mpibert::make_nccl_communicator(mpibert::local_rank(), 300);
     } else {
       comm = mpibert::make_mpi_communicator(300);
     }

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "mpibert/model.hpp"
-#include "mpibert/process.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/model/bert_qa.hpp"
 
 int main(int argc, char** argv) {
   std::string preset = "small";

@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/logging.hpp"
-#include "mpibert/prep.hpp"
-#include "mpibert/shards.hpp"
+#include "mpibert/cli/prep_command.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/logging.hpp"
+#include "mpibert/data/shards.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 int main(int argc, char** argv) {
   mpibert::PrepOptions options;

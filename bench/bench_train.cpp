@@ -9,11 +9,11 @@
 #include <chrono>
 #include <cstdio>
 
-#include "mpibert/batching.hpp"
-#include "mpibert/optim.hpp"
-#include "mpibert/process.hpp"
-#include "mpibert/sampler.hpp"
-#include "mpibert/trainer.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/data/batching.hpp"
+#include "mpibert/data/sampler.hpp"
+#include "mpibert/model/optimizer.hpp"
+#include "mpibert/train/trainer.hpp"
 
 namespace {
 

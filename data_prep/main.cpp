@@ -4,10 +4,11 @@
 #include <csignal>
 #include <iostream>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/logging.hpp"
-#include "mpibert/prep.hpp"
+#include "mpibert/cli/prep_command.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/logging.hpp"
+#include "mpibert/data/shard_building.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 int main(int argc, char** argv) {
   mpibert::PrepOptions options;

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <string>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/logging.hpp"
+#include "mpibert/core/logging.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 namespace mpibert {
 namespace {

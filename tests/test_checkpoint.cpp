@@ -3,9 +3,9 @@
 
 #include <filesystem>
 
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/communicator.hpp"
-#include "mpibert/logging.hpp"
-#include "mpibert/peers.hpp"
-#include "mpibert/process.hpp"
+#include "mpibert/core/logging.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/dist/communicator.hpp"
+#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/dist/peers.hpp"
 
 namespace mpibert {
 namespace {

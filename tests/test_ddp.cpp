@@ -11,9 +11,9 @@
 
 #include <torch/cuda.h>
 
-#include "mpibert/io.hpp"
-#include "mpibert/process.hpp"
-#include "mpibert/safetensors.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/model/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

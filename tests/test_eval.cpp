@@ -3,11 +3,11 @@
 
 #include <numeric>
 
-#include "mpibert/batching.hpp"
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/eval.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/utf8.hpp"
+#include "mpibert/data/batching.hpp"
+#include "mpibert/eval/answer_extraction.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -2,10 +2,10 @@
 // answer round trip over the whole bundled dev set.
 #include <gtest/gtest.h>
 
-#include "mpibert/error.hpp"
-#include "mpibert/features.hpp"
-#include "mpibert/squad_metrics.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/utf8.hpp"
+#include "mpibert/data/features.hpp"
+#include "mpibert/eval/squad_metrics.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

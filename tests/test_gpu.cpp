@@ -7,13 +7,13 @@
 #include <cmath>
 #include <iostream>
 
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/communicator.hpp"
-#include "mpibert/device.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/model.hpp"
-#include "mpibert/safetensors.hpp"
-#include "mpibert/trainer.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/dist/communicator.hpp"
+#include "mpibert/dist/device.hpp"
+#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/safetensors.hpp"
+#include "mpibert/train/trainer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -2,8 +2,8 @@
 
 #include <zlib.h>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -5,10 +5,10 @@
 
 #include <iostream>
 
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/model.hpp"
-#include "mpibert/safetensors.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

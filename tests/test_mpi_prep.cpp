@@ -6,10 +6,10 @@
 
 #include <filesystem>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/logging.hpp"
-#include "mpibert/prep.hpp"
-#include "mpibert/shards.hpp"
+#include "mpibert/cli/prep_command.hpp"
+#include "mpibert/core/logging.hpp"
+#include "mpibert/data/shards.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -6,9 +6,9 @@
 #include <iostream>
 #include <set>
 
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/optim.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/optimizer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "mpibert/io.hpp"
-#include "mpibert/squad.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/data/squad.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -1,4 +1,4 @@
-#include "mpibert/safetensors.hpp"
+#include "mpibert/model/safetensors.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "mpibert/sampler.hpp"
+#include "mpibert/data/sampler.hpp"
 
 namespace mpibert {
 namespace {

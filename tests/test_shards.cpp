@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/shards.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/data/shards.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

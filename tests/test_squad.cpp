@@ -2,9 +2,9 @@
 // names the file, the record and the problem.
 #include <gtest/gtest.h>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/squad.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/data/squad.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

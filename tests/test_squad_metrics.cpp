@@ -8,8 +8,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "mpibert/squad.hpp"
-#include "mpibert/squad_metrics.hpp"
+#include "mpibert/cli/commands.hpp"
+#include "mpibert/data/squad.hpp"
+#include "mpibert/eval/squad_metrics.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

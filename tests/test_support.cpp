@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mpibert/io.hpp"
-#include "mpibert/prep.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/data/shard_building.hpp"
 
 namespace fs = std::filesystem;
 

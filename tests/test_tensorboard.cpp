@@ -3,9 +3,9 @@
 #include <cstring>
 #include <regex>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/tensorboard.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/train/tensorboard.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

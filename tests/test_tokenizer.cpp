@@ -6,10 +6,10 @@
 
 #include <sstream>
 
-#include "mpibert/cli.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/tokenizer.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/cli/commands.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/utf8.hpp"
+#include "mpibert/text/tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

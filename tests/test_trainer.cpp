@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <map>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/safetensors.hpp"
-#include "mpibert/tensorboard.hpp"
-#include "mpibert/trainer.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/model/safetensors.hpp"
+#include "mpibert/train/tensorboard.hpp"
+#include "mpibert/train/trainer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

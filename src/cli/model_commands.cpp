@@ -3,16 +3,16 @@
 
 #include <filesystem>
 
-#include "mpibert/cli.hpp"
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/comm.hpp"
-#include "mpibert/device.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/peers.hpp"
-#include "mpibert/prep.hpp"
-#include "mpibert/run_log.hpp"
-#include "mpibert/logging.hpp"
-#include "mpibert/trainer.hpp"
+#include "mpibert/cli/commands.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/logging.hpp"
+#include "mpibert/data/shard_building.hpp"
+#include "mpibert/dist/device.hpp"
+#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/dist/peers.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/train/run_log.hpp"
+#include "mpibert/train/trainer.hpp"
 
 namespace mpibert {
 

@@ -2,10 +2,10 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "mpibert/cli.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/process.hpp"
-#include "mpibert/squad_metrics.hpp"
+#include "mpibert/cli/commands.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/eval/squad_metrics.hpp"
 
 int main(int argc, char** argv) {
   mpibert::keep_freed_memory_for_reuse();

@@ -1,9 +1,10 @@
 // `mpibert score`: a drop-in for the official SQuAD scripts, printing what they print.
 #include <ostream>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/squad_metrics.hpp"
+#include "mpibert/cli/commands.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/eval/squad_metrics.hpp"
 
 namespace mpibert {
 

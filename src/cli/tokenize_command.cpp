@@ -3,8 +3,8 @@
 #include <istream>
 #include <ostream>
 
-#include "mpibert/cli.hpp"
-#include "mpibert/error.hpp"
+#include "mpibert/cli/commands.hpp"
+#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 

@@ -1,4 +1,4 @@
-#include "mpibert/error.hpp"
+#include "mpibert/core/error.hpp"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "mpibert/io.hpp"
+#include "mpibert/core/io.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "mpibert/error.hpp"
+#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 

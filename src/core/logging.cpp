@@ -1,8 +1,8 @@
-#include "mpibert/logging.hpp"
+#include "mpibert/core/logging.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
-#include "mpibert/error.hpp"
+#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 

@@ -1,4 +1,4 @@
-#include "mpibert/process.hpp"
+#include "mpibert/core/process.hpp"
 
 #include <malloc.h>
 #include <unistd.h>

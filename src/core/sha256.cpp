@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "mpibert/io.hpp"
+#include "mpibert/core/io.hpp"
 
 namespace mpibert {
 namespace {

@@ -1,4 +1,4 @@
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/utf8.hpp"
 
 #include <utf8proc.h>
 

@@ -1,4 +1,4 @@
-#include "mpibert/batching.hpp"
+#include "mpibert/data/batching.hpp"
 
 #include <algorithm>
 

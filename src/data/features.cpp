@@ -1,9 +1,9 @@
-#include "mpibert/features.hpp"
+#include "mpibert/data/features.hpp"
 
 #include <algorithm>
 
-#include "mpibert/error.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/utf8.hpp"
 
 namespace mpibert {
 namespace {

@@ -1,4 +1,4 @@
-#include "mpibert/sampler.hpp"
+#include "mpibert/data/sampler.hpp"
 
 #include <algorithm>
 #include <stdexcept>

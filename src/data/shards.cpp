@@ -1,4 +1,4 @@
-#include "mpibert/shards.hpp"
+#include "mpibert/data/shards.hpp"
 
 #include <hdf5.h>
 
@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
 
 namespace mpibert {
 namespace {

@@ -1,13 +1,13 @@
-#include "mpibert/squad.hpp"
+#include "mpibert/data/squad.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/utf8.hpp"
 
 namespace mpibert {
 namespace {

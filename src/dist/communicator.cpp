@@ -1,6 +1,7 @@
 // --comm: which Communicator a run uses for its device.
-#include "mpibert/communicator.hpp"
-#include "mpibert/error.hpp"
+#include "mpibert/dist/communicator.hpp"
+
+#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 

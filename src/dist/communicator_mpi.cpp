@@ -14,9 +14,10 @@
 #include <mutex>
 #include <thread>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/communicator.hpp"
-#include "mpibert/error.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/time.hpp"
+#include "mpibert/dist/communicator.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 namespace mpibert {
 namespace {
@@ -40,8 +41,6 @@ int count_of(const torch::Tensor& tensor) {
   if (tensor.numel() > INT32_MAX) throw std::invalid_argument("MPI communicator: tensor too large for one MPI call");
   return static_cast<int>(tensor.numel());
 }
-
-using Clock = std::chrono::steady_clock;
 
 struct HostMark : Mark {
   Clock::time_point at = Clock::now();
@@ -196,7 +195,6 @@ class MpiCommunicator : public Communicator {
     return stats_;
   }
 
-  void abort() override { abort_job(1); }
 
  private:
   struct Operation {
@@ -229,17 +227,17 @@ class MpiCommunicator : public Communicator {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         in_flight_ = operation.what;
-        in_flight_since_ = std::chrono::steady_clock::now();
+        in_flight_since_ = Clock::now();
       }
       wait_for_every_rank();
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = Clock::now();
       try {
         operation.run();
       } catch (const std::exception& e) {  // MPI reports errors by ending the job; anything else is a bug
         spdlog::error("{} failed on the communication thread: {}", operation.what, e.what());
         abort_job(1);
       }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double seconds = seconds_since(start);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         in_flight_.clear();
@@ -271,7 +269,7 @@ class MpiCommunicator : public Communicator {
     while (!stopping_) {
       watchdog_wake_.wait_for(lock, std::chrono::milliseconds(200));
       if (in_flight_.empty() || timeout_seconds_ <= 0) continue;
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - in_flight_since_).count();
+      const double waited = seconds_since(in_flight_since_);
       if (waited > timeout_seconds_) report_collective_timeout(in_flight_, waited, timeout_seconds_);
     }
   }
@@ -285,7 +283,7 @@ class MpiCommunicator : public Communicator {
   bool stopping_ = false;
   CommunicatorStats stats_;
   std::string in_flight_;  // empty: nothing
-  std::chrono::steady_clock::time_point in_flight_since_;
+  Clock::time_point in_flight_since_;
   std::thread worker_, watchdog_;
 };
 

@@ -1,7 +1,8 @@
 // The NCCL backend of Communicator, compiled when the LibTorch found has CUDA and NCCL was found
 // (MPIBERT_WITH_NCCL).
-#include "mpibert/communicator.hpp"
-#include "mpibert/error.hpp"
+#include "mpibert/dist/communicator.hpp"
+
+#include "mpibert/core/error.hpp"
 
 #if defined(MPIBERT_WITH_NCCL)
 #include <ATen/cuda/CUDAEvent.h>
@@ -22,7 +23,8 @@
 #include <thread>
 
 #include "mpi_wait.hpp"
-#include "mpibert/comm.hpp"
+#include "mpibert/core/time.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 #endif
 
 namespace mpibert {
@@ -174,17 +176,12 @@ class NcclCommunicator : public Communicator {
     return stats_;
   }
 
-  void abort() override {
-    ncclCommAbort(comm_);
-    abort_job(1);
-  }
-
  private:
   struct InFlight {
     std::string what;
     int64_t bytes;
     Event start, end;
-    std::chrono::steady_clock::time_point issued;
+    Clock::time_point issued;
   };
 
   void require_cuda_contiguous(const torch::Tensor& tensor, const char* role) const {
@@ -210,7 +207,7 @@ class NcclCommunicator : public Communicator {
     end->record(stream_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      in_flight_.push_back({what, bytes, start, end, std::chrono::steady_clock::now()});
+      in_flight_.push_back({what, bytes, start, end, Clock::now()});
     }
     in_flight_changed_.notify_one();
     return std::make_shared<NcclWork>(start, end, device_);
@@ -235,7 +232,7 @@ class NcclCommunicator : public Communicator {
       }
       ncclResult_t async_error = ncclSuccess;
       if (!done) ncclCommGetAsyncError(comm_, &async_error);
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest.issued).count();
+      const double waited = seconds_since(oldest.issued);
       if (async_error != ncclSuccess) {
         fail(fmt::format("NCCL error on rank {} while waiting for {}: {}", rank_, oldest.what, ncclGetErrorString(async_error)));
       } else if (!done && timeout_ > 0 && waited > timeout_) {

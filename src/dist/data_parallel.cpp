@@ -1,13 +1,15 @@
-#include "mpibert/ddp.hpp"
+#include "mpibert/dist/data_parallel.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
-#include "mpibert/error.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/time.hpp"
 
 namespace mpibert {
 
@@ -20,8 +22,6 @@ Strategy parse_strategy(const std::string& name) {
 const char* strategy_name(Strategy strategy) { return strategy == Strategy::kZero1 ? "zero1" : "ddp"; }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Bucket {
   std::vector<size_t> members;   // parameter indices, in the order backward tends to finish them
@@ -211,6 +211,16 @@ DataParallel::~DataParallel() = default;
 
 size_t DataParallel::num_buckets() const { return impl_->buckets.size(); }
 
+std::vector<DataParallel::BucketLayout> DataParallel::bucket_layout() const {
+  std::vector<BucketLayout> layout;
+  for (const Bucket& bucket : impl_->buckets) {
+    BucketLayout& entry = layout.emplace_back();
+    for (size_t member : bucket.members) entry.parameters.push_back(impl_->names[member]);
+    entry.numel = bucket.numel;
+  }
+  return layout;
+}
+
 void DataParallel::broadcast_parameters() {
   if (!communicator_) return;
   torch::NoGradGuard no_grad;
@@ -254,7 +264,7 @@ void DataParallel::finish_gradient_sync() {
   d.unaccounted.push_back(std::move(reductions));
   d.account(/*wait=*/false);
   d.synchronizing = false;
-  d.exposed_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  d.exposed_seconds += seconds_since(start);
 }
 
 torch::Tensor DataParallel::clip_and_step(double max_norm, double lr) {

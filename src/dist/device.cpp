@@ -1,15 +1,13 @@
-#include "mpibert/device.hpp"
+#include "mpibert/dist/device.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <mpi.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
-#include "mpibert/communicator.hpp"
-#include "mpibert/error.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/dist/communicator.hpp"
 
 #if defined(MPIBERT_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -19,15 +17,6 @@
 
 namespace mpibert {
 namespace {
-
-int integer_from_environment(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  if (!value || !*value) return fallback;
-  char* end = nullptr;
-  const long parsed = std::strtol(value, &end, 10);
-  if (*end != '\0' || parsed < 0) throw InputError(describe(name, value, "not a local rank"));
-  return static_cast<int>(parsed);
-}
 
 // "13.0" from 13000, "9.19.0" from 91900: CUDA's and cuDNN's version codes.
 std::string cuda_version_text(long code) { return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10); }
@@ -47,21 +36,6 @@ std::string nvidia_driver_version() {
 }
 
 }  // namespace
-
-int local_rank() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) {
-    MPI_Comm node;
-    int rank = 0;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &rank);
-    MPI_Comm_free(&node);
-    return rank;
-  }
-  return integer_from_environment("OMPI_COMM_WORLD_LOCAL_RANK", integer_from_environment("SLURM_LOCALID", 0));
-}
 
 torch::Device select_device(const std::string& choice, int local_rank) {
   if (choice == "cpu") return torch::Device(torch::kCPU);

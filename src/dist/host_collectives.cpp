@@ -1,4 +1,4 @@
-#include "mpibert/comm.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -11,13 +11,25 @@
 #include <thread>
 
 #include "mpi_wait.hpp"
-#include "mpibert/peers.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/time.hpp"
+#include "mpibert/dist/peers.hpp"
 
 namespace mpibert {
 namespace {
 
 std::atomic<double> collective_timeout_seconds{0.0};
 constexpr int kAbortGraceSeconds = 5;
+int session_local_rank = -1;  // set by MpiSession
+
+int integer_from_environment(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return fallback;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  if (*end != '\0' || parsed < 0) throw InputError(describe(name, value, "not a local rank"));
+  return static_cast<int>(parsed);
+}
 
 }  // namespace
 
@@ -25,7 +37,7 @@ constexpr int kAbortGraceSeconds = 5;
 // non-blocking collectives only inside MPI calls, so the polling is what moves data: sleeping
 // between polls made a 17 MB all-reduce 5x slower here, so it only yields.
 void wait_for(MPI_Request& request, const std::string& what) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const double timeout = collective_timeout();
   for (int polls = 1;; ++polls) {
     int done = 0;
@@ -33,7 +45,7 @@ void wait_for(MPI_Request& request, const std::string& what) {
     if (done) return;
     std::this_thread::yield();
     if (timeout > 0 && polls % 1024 == 0) {
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double waited = seconds_since(start);
       if (waited > timeout) report_collective_timeout(what, waited, timeout);
     }
   }
@@ -64,10 +76,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // A collective: made here, while every rank starts, and never again inside per-rank setup.
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank_);
-  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_rank(node, &session_local_rank);
   MPI_Comm_free(&node);
 }
 
@@ -89,6 +101,11 @@ int world_size() {
   MPI_Initialized(&initialized);
   if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
+}
+
+int local_rank() {
+  if (session_local_rank >= 0) return session_local_rank;
+  return integer_from_environment("OMPI_COMM_WORLD_LOCAL_RANK", integer_from_environment("SLURM_LOCALID", 0));
 }
 
 void set_collective_timeout(double seconds) { collective_timeout_seconds = seconds; }

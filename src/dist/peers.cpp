@@ -1,4 +1,4 @@
-#include "mpibert/peers.hpp"
+#include "mpibert/dist/peers.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -15,8 +15,8 @@
 #include <map>
 #include <sstream>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/process.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 namespace mpibert {
 namespace {

@@ -1,4 +1,4 @@
-#include "mpibert/eval.hpp"
+#include "mpibert/eval/answer_extraction.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <numeric>
 
-#include "mpibert/io.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/utf8.hpp"
 
 namespace mpibert {
 namespace {

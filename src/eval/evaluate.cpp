@@ -1,11 +1,11 @@
-#include "mpibert/evaluation.hpp"
+#include "mpibert/eval/evaluate.hpp"
 
 #include <sstream>
 
-#include "mpibert/batching.hpp"
-#include "mpibert/comm.hpp"
-#include "mpibert/squad_metrics.hpp"
-#include "run_control.hpp"
+#include "mpibert/core/time.hpp"
+#include "mpibert/data/batching.hpp"
+#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/eval/squad_metrics.hpp"
 
 namespace mpibert {
 namespace {

@@ -1,4 +1,4 @@
-#include "mpibert/squad_metrics.hpp"
+#include "mpibert/eval/squad_metrics.hpp"
 
 #include <utf8proc.h>
 
@@ -11,9 +11,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/utf8.hpp"
 
 namespace mpibert {
 namespace {

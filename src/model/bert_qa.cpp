@@ -1,12 +1,12 @@
-#include "mpibert/model.hpp"
+#include "mpibert/model/bert_qa.hpp"
 
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
 #include <limits>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
 
 namespace mpibert {
 

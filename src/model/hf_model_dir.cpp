@@ -1,4 +1,4 @@
-#include "mpibert/checkpoint.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -6,9 +6,9 @@
 #include <map>
 #include <set>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/tokenizer.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/text/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "mpibert/optim.hpp"
+#include "mpibert/model/optimizer.hpp"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "mpibert/safetensors.hpp"
+#include "mpibert/model/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,8 +12,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
 
 namespace mpibert {
 namespace {

@@ -1,12 +1,12 @@
-#include "mpibert/tokenizer.hpp"
+#include "mpibert/text/tokenizer.hpp"
 
 #include <utf8proc.h>
 
 #include <algorithm>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/utf8.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/utf8.hpp"
 
 namespace mpibert {
 

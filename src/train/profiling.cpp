@@ -1,4 +1,4 @@
-#include "mpibert/profiling.hpp"
+#include "mpibert/train/profiling.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/profiler_kineto.h>

@@ -1,4 +1,4 @@
-#include "mpibert/run_log.hpp"
+#include "mpibert/train/run_log.hpp"
 
 #include <mpi.h>
 
@@ -7,13 +7,13 @@
 #include <fstream>
 #include <thread>
 
-#include "mpibert/comm.hpp"
-#include "mpibert/communicator.hpp"
-#include "mpibert/device.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/process.hpp"
-#include "mpibert/shards.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/process.hpp"
+#include "mpibert/data/shards.hpp"
+#include "mpibert/dist/communicator.hpp"
+#include "mpibert/dist/device.hpp"
+#include "mpibert/dist/host_collectives.hpp"
 
 namespace mpibert {
 namespace {

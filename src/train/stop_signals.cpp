@@ -1,4 +1,4 @@
-#include "run_control.hpp"
+#include "mpibert/train/stop_signals.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -7,17 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
-namespace mpibert {
+#include "mpibert/core/error.hpp"
 
-std::string format_duration(double seconds) {
-  const auto total = static_cast<int64_t>(seconds);
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%02lld:%02lld:%02lld", static_cast<long long>(total / 3600),
-                static_cast<long long>(total / 60 % 60), static_cast<long long>(total % 60));
-  return buffer;
-}
+namespace mpibert {
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "mpibert/tensorboard.hpp"
+#include "mpibert/train/tensorboard.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,9 +10,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/process.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/process.hpp"
 #include "tensorboard_event.pb.h"
 
 namespace mpibert {

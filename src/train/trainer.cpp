@@ -1,4 +1,4 @@
-#include "mpibert/trainer.hpp"
+#include "mpibert/train/trainer.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -9,16 +9,17 @@
 #include <optional>
 #include <sstream>
 
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/comm.hpp"
-#include "mpibert/device.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
-#include "mpibert/optim.hpp"
-#include "mpibert/run_log.hpp"
-#include "mpibert/sampler.hpp"
-#include "mpibert/training_checkpoint.hpp"
-#include "run_control.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/core/time.hpp"
+#include "mpibert/data/sampler.hpp"
+#include "mpibert/dist/device.hpp"
+#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/optimizer.hpp"
+#include "mpibert/train/run_log.hpp"
+#include "mpibert/train/stop_signals.hpp"
+#include "mpibert/train/training_checkpoint.hpp"
 
 namespace fs = std::filesystem;
 

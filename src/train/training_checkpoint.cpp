@@ -1,4 +1,4 @@
-#include "mpibert/training_checkpoint.hpp"
+#include "mpibert/train/training_checkpoint.hpp"
 
 #include <ATen/Context.h>
 #include <spdlog/spdlog.h>
@@ -8,10 +8,10 @@
 #include <mutex>
 #include <sstream>
 
-#include "mpibert/checkpoint.hpp"
-#include "mpibert/comm.hpp"
-#include "mpibert/error.hpp"
-#include "mpibert/io.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
 
 namespace fs = std::filesystem;
 

@@ -3,8 +3,9 @@
 
 #include <iosfwd>
 #include <memory>
+#include <string>
 
-#include "mpibert/tokenizer.hpp"
+#include "mpibert/text/tokenizer.hpp"
 
 namespace CLI {
 class App;
@@ -16,6 +17,16 @@ namespace mpibert {
 // alone (no special tokens); offsets are [begin, end) code points. Returns the exit status:
 // a line that is not UTF-8 is reported on `err` with its line number and gives 1.
 int tokenize_lines(const WordPieceTokenizer& tokenizer, std::istream& in, std::ostream& out, std::ostream& err);
+
+// `mpibert score --dataset F --predictions P [--na-prob-file N] [--na-prob-thresh T] [--out-file O]`:
+// prints to `out` and `err` exactly what the official script for the dataset's version prints
+// (v1.1: one JSON line; v2.0: indented JSON, or compact JSON written to out_file without a
+// newline). An empty na_prob_file / out_file means the option was not given; for v1.1 datasets an
+// out_file receives the compact line instead of stdout, and an na_prob_file is an error.
+// Returns the exit status: bad input is reported on `err` and gives 1.
+int score_command(const std::string& dataset_path, const std::string& predictions_path,
+                  const std::string& na_prob_path, double na_prob_thresh, const std::string& out_file,
+                  std::ostream& out, std::ostream& err);
 
 // The subcommands that need LibTorch:
 //   `mpibert train`: every option on the command line or in a config file (--config FILE); the

@@ -8,7 +8,7 @@
 #include <future>
 #include <vector>
 
-#include "mpibert/shards.hpp"
+#include "mpibert/data/shards.hpp"
 
 namespace mpibert {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/squad.hpp"
-#include "mpibert/tokenizer.hpp"
+#include "mpibert/data/squad.hpp"
+#include "mpibert/text/tokenizer.hpp"
 
 namespace mpibert {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/features.hpp"
+#include "mpibert/data/features.hpp"
 
 namespace mpibert {
 

@@ -68,8 +68,6 @@ class Communicator {
   virtual std::shared_ptr<Mark> mark() = 0;
 
   virtual CommunicatorStats stats() const = 0;
-  // Ends the job's use of the network after a failure, without waiting for peers.
-  virtual void abort() = 0;
 };
 
 // MPI on MPI_COMM_WORLD (a duplicate of it): contiguous float32/float64/int64/int32/uint8

@@ -16,15 +16,15 @@
 // With one process (no communicator) this is plain clipping + AdamW.
 #pragma once
 
-#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "mpibert/communicator.hpp"
-#include "mpibert/model.hpp"
-#include "mpibert/optim.hpp"
-#include "mpibert/safetensors.hpp"
+#include "mpibert/dist/communicator.hpp"
+#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/optimizer.hpp"
+#include "mpibert/model/safetensors.hpp"
 
 namespace mpibert {
 
@@ -81,7 +81,14 @@ class DataParallel {
 
   // Waits for the timings of reductions still in flight.
   SyncStats sync_stats() const;
-  int world_size() const { return communicator_ ? communicator_->size() : 1; }
+
+  // The gradient buckets in launch order: their parameters (in the order backward tends to finish
+  // them) and element count, padded to a multiple of the number of ranks. None with one process.
+  struct BucketLayout {
+    std::vector<std::string> parameters;
+    int64_t numel = 0;
+  };
+  std::vector<BucketLayout> bucket_layout() const;
   size_t num_buckets() const;
 
  private:

@@ -9,12 +9,9 @@
 
 namespace mpibert {
 
-// This process's rank among the ranks of its node: from MPI's shared-memory split when MPI is
-// running, else OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, else 0.
-int local_rank();
-
-// "cpu"; "cuda": GPU local_rank modulo the GPUs this process sees (an error without one);
-// "auto": that GPU when there is one, else the CPU. Makes a CUDA device the current one.
+// "cpu"; "cuda": GPU `local_rank` (host_collectives.hpp) modulo the GPUs this process sees (an
+// error without one); "auto": that GPU when there is one, else the CPU. Makes a CUDA device the
+// current one.
 torch::Device select_device(const std::string& choice, int local_rank);
 
 // TF32 for float32 matrix products and convolutions on GPUs (HF's --tf32); off is exact fp32.

@@ -1,8 +1,9 @@
 // MPI: process setup and the few host-side collectives used for coordination (status agreement,
-// counts, metrics). Gradient traffic lives in the ddp module.
+// counts, metrics). Gradient traffic goes through the communicator (communicator.hpp).
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,17 +21,26 @@ class MpiSession {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Rank among the processes of this node (MPI_Comm_split_type SHARED): the GPU a rank uses.
-  int local_rank() const { return local_rank_; }
-  int local_size() const { return local_size_; }
 
  private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  int rank_ = 0, size_ = 1;
 };
 
 // The rank and size of MPI_COMM_WORLD, or 0 and 1 when MPI is not initialized.
 int world_rank();
 int world_size();
+
+// This process's rank among the ranks of its node (the GPU it uses): from MPI's shared-memory
+// split, made once by MpiSession while every rank starts; without a session,
+// OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, else 0.
+int local_rank();
+
+// This process's place in the job.
+struct Ranks {
+  int rank = 0, size = 1;
+  static Ranks of_world() { return {world_rank(), world_size()}; }
+  bool root() const { return rank == 0; }
+};
 
 // An error another rank reported (and logged); this rank only leaves with a non-zero status.
 class PeerFailure : public std::runtime_error {
@@ -77,5 +87,22 @@ double max_over_ranks(double local);
 
 // Ends the whole job at once: for failures outside the agreed protocol (bugs, crashes).
 [[noreturn]] void abort_job(int exit_code);
+
+// Runs `setup` (work each rank does alone, such as reading files) and agrees on its outcome: if any
+// rank failed, the lowest failing rank rethrows its error and the others leave quietly, so one
+// message is printed and no rank is left waiting in a collective.
+template <typename Setup>
+void agree_on(const Ranks& ranks, Setup&& setup) {
+  if (ranks.size == 1) return setup();
+  std::exception_ptr error;
+  try {
+    setup();
+  } catch (const std::exception&) {
+    error = std::current_exception();
+  }
+  const int failing = lowest_failing_rank(!error);
+  if (failing == ranks.rank) std::rethrow_exception(error);
+  if (failing >= 0) throw PeerFailure("rank " + std::to_string(failing) + " failed during setup");
+}
 
 }  // namespace mpibert

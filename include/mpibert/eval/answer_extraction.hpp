@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/shards.hpp"
+#include "mpibert/data/shards.hpp"
 
 namespace mpibert {
 

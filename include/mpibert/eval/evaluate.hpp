@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/eval.hpp"
-#include "mpibert/model.hpp"
-#include "mpibert/shards.hpp"
+#include "mpibert/data/shards.hpp"
+#include "mpibert/eval/answer_extraction.hpp"
+#include "mpibert/model/bert_qa.hpp"
 
 namespace mpibert {
 

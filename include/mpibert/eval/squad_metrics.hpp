@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpibert/squad.hpp"
+#include "mpibert/data/squad.hpp"
 
 namespace mpibert {
 
@@ -69,15 +69,5 @@ std::vector<NoAnswerProbability> read_no_answer_probabilities(const std::string&
 // separators, or with indent=2.
 std::string python_float_repr(double value);
 std::string python_json_dumps(const nlohmann::ordered_json& flat_object, bool indent);
-
-// `mpibert score --dataset F --predictions P [--na-prob-file N] [--na-prob-thresh T] [--out-file O]`:
-// prints to `out` and `err` exactly what the official script for the dataset's version prints
-// (v1.1: one JSON line; v2.0: indented JSON, or compact JSON written to out_file without a
-// newline). An empty na_prob_file / out_file means the option was not given; for v1.1 datasets an
-// out_file receives the compact line instead of stdout, and an na_prob_file is an error.
-// Returns the exit status: bad input is reported on `err` and gives 1.
-int score_command(const std::string& dataset_path, const std::string& predictions_path,
-                  const std::string& na_prob_path, double na_prob_thresh, const std::string& out_file,
-                  std::ostream& out, std::ostream& err);
 
 }  // namespace mpibert

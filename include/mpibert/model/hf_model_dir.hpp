@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/model.hpp"
-#include "mpibert/safetensors.hpp"
+#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/safetensors.hpp"
 
 namespace mpibert {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/evaluation.hpp"
-#include "mpibert/tensorboard.hpp"
+#include "mpibert/eval/evaluate.hpp"
+#include "mpibert/train/tensorboard.hpp"
 
 namespace mpibert {
 

@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mpibert/batching.hpp"
-#include "mpibert/ddp.hpp"
-#include "mpibert/evaluation.hpp"
-#include "mpibert/model.hpp"
-#include "mpibert/profiling.hpp"
+#include "mpibert/data/batching.hpp"
+#include "mpibert/dist/data_parallel.hpp"
+#include "mpibert/eval/evaluate.hpp"
+#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/train/profiling.hpp"
 
 namespace mpibert {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "mpibert/ddp.hpp"
-#include "mpibert/model.hpp"
+#include "mpibert/dist/data_parallel.hpp"
+#include "mpibert/model/bert_qa.hpp"
 
 namespace mpibert {
 

@@ -1,0 +1,61 @@
+"""scripts/check_layers.py on this repository (no problem) and on small trees that break a rule."""
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "check_layers.py"
+
+
+def run(root):
+    return subprocess.run([sys.executable, str(SCRIPT), str(root)], capture_output=True, text=True)
+
+
+class CheckLayers(unittest.TestCase):
+    def make_tree(self, files):
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        root = pathlib.Path(directory.name)
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        return root
+
+    def test_this_repository_follows_its_layers(self):
+        result = run(ROOT)
+        self.assertEqual(result.returncode, 0, result.stdout)
+
+    def test_an_upward_include_fails_and_is_named(self):
+        root = self.make_tree({
+            "include/mpibert/core/error.hpp": "",
+            "include/mpibert/train/trainer.hpp": "",
+            "src/core/error.cpp": '#include "mpibert/core/error.hpp"\n#include "mpibert/train/trainer.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("src/core/error.cpp: layer core includes mpibert/train/trainer.hpp", result.stdout)
+
+    def test_a_sibling_that_is_not_listed_fails(self):
+        root = self.make_tree({
+            "include/mpibert/data/shards.hpp": "",
+            "include/mpibert/model/bert_qa.hpp": '#include "mpibert/data/shards.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("layer model includes mpibert/data/shards.hpp", result.stdout)
+
+    def test_files_outside_layers_and_missing_headers_fail(self):
+        root = self.make_tree({
+            "src/stray.cpp": "",
+            "src/text/tokenizer.cpp": '#include "mpibert/core/gone.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("src/stray.cpp: not in a layer folder", result.stdout)
+        self.assertIn('includes "mpibert/core/gone.hpp", which is not a header', result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

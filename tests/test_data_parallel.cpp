@@ -1,0 +1,339 @@
+// Run by ctest under `mpiexec -n 1|2|3`: DataParallel in process, on a tiny BERT, with the MPI
+// communicator. Gradients come from a synthetic loss, sum(weight * parameter), so that every
+// element's gradient is `weight`: rank r uses N * (r + 1), which DataParallel divides by N exactly,
+// and the averaged gradient N (N + 1) / 2 is exact too. Results are compared for equality.
+//
+// Every rank runs every collective unconditionally (EXPECT, not ASSERT, between collectives), so a
+// failed check on one rank does not leave the ranks out of step for the tests that follow.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpibert/dist/communicator.hpp"
+#include "mpibert/dist/data_parallel.hpp"
+#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/model/bert_qa.hpp"
+
+namespace mpibert {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kNoClipping = 1e30;
+
+// One layer, hidden 4, intermediate 8: 23 parameters whose sizes are easy to add up by hand.
+BertConfig tiny_config() {
+  BertConfig config;
+  config.vocab_size = 30;
+  config.hidden_size = 4;
+  config.num_hidden_layers = 1;
+  config.num_attention_heads = 1;
+  config.intermediate_size = 8;
+  config.max_position_embeddings = 16;
+  config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
+  return config;
+}
+
+BertForQuestionAnswering make_model(const BertConfig& config, uint64_t seed) {
+  torch::manual_seed(seed);
+  BertForQuestionAnswering model(config);
+  model->init_weights();
+  return model;
+}
+
+// Backward of sum(weight * p) over the parameters not in `skipped`: each used gradient is `weight`.
+void synthetic_backward(BertForQuestionAnswering& model, double weight, const std::set<std::string>& skipped = {}) {
+  torch::Tensor loss = torch::zeros({});
+  for (const auto& item : model->named_parameters())
+    if (!skipped.count(item.key())) loss = loss + (item.value() * weight).sum();
+  loss.backward();
+}
+
+DataParallelOptions options_for(Strategy strategy, double first_bucket_bytes = 1 * kMiB, double bucket_bytes = 25 * kMiB) {
+  DataParallelOptions options;
+  options.strategy = strategy;
+  options.first_bucket_mb = first_bucket_bytes / kMiB;
+  options.bucket_mb = bucket_bytes / kMiB;
+  return options;
+}
+
+AdamWOptions adam_with_decay() {
+  AdamWOptions adam;
+  adam.weight_decay = 0.01;
+  return adam;
+}
+
+// Equal on every rank: the maximum over ranks equals the minimum.
+bool same_on_every_rank(const std::vector<double>& values, const std::string& what) {
+  std::vector<double> negated;
+  for (double value : values) negated.push_back(-value);
+  const std::vector<double> highest = max_over_ranks(values, what), lowest = max_over_ranks(negated, what);
+  for (size_t i = 0; i < values.size(); ++i)
+    if (highest[i] != -lowest[i]) return false;
+  return true;
+}
+
+std::vector<double> parameter_sums(BertForQuestionAnswering& model) {
+  std::vector<double> sums;
+  for (const auto& parameter : model->parameters()) sums.push_back(parameter.sum(torch::kDouble).item<double>());
+  return sums;
+}
+
+class DataParallelTest : public ::testing::TestWithParam<Strategy> {
+ protected:
+  void SetUp() override {
+    rank_ = world_rank();
+    size_ = world_size();
+    communicator_ = make_mpi_communicator(60);
+  }
+
+  // This rank's gradient weight and the average over ranks, both exact.
+  double rank_weight() const { return static_cast<double>(size_) * (rank_ + 1); }
+  double mean_weight() const { return size_ * (size_ + 1) / 2.0; }
+
+  int rank_ = 0, size_ = 1;
+  std::shared_ptr<Communicator> communicator_;
+};
+
+class DataParallelStrategies : public DataParallelTest {};
+
+// Reverse registration order; the first bucket holds 40 bytes, the others 100; a bucket is never
+// empty, so a parameter larger than the capacity has a bucket of its own. Sizes in float32 bytes.
+TEST_F(DataParallelTest, BucketsCloseAtTheirCapacityInReverseRegistrationOrder) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(Strategy::kDdp, 40, 100));
+  const std::string layer = "bert.encoder.layer.0.";
+  const std::vector<std::vector<std::string>> first_buckets = {
+      {"qa_outputs.bias", "qa_outputs.weight"},  // 8 + 32 = 40: exactly the first bucket's capacity
+      {layer + "output.LayerNorm.bias", layer + "output.LayerNorm.weight", layer + "output.dense.bias"},  // 48
+      {layer + "output.dense.weight"},           // 128, over the capacity: alone
+      {layer + "intermediate.dense.bias"},       // 32; the next one (128) would pass 100
+      {layer + "intermediate.dense.weight"},
+      {layer + "attention.output.LayerNorm.bias", layer + "attention.output.LayerNorm.weight",
+       layer + "attention.output.dense.bias"},  // 48; with the dense weight (64) it would be 112
+      {layer + "attention.output.dense.weight", layer + "attention.self.value.bias"},  // 80
+  };
+  const auto layout = parallel.bucket_layout();
+  ASSERT_GE(layout.size(), first_buckets.size());
+  for (size_t b = 0; b < first_buckets.size(); ++b) EXPECT_EQ(layout[b].parameters, first_buckets[b]) << "bucket " << b;
+
+  // Every parameter in exactly one bucket, in reverse registration order overall.
+  std::vector<std::string> flattened, reversed;
+  for (const auto& bucket : layout) flattened.insert(flattened.end(), bucket.parameters.begin(), bucket.parameters.end());
+  for (const auto& item : model->named_parameters()) reversed.insert(reversed.begin(), item.key());
+  EXPECT_EQ(flattened, reversed);
+}
+
+// DDP's default: a 1 MiB first bucket, so the first reduction starts early in backward, then 25 MiB.
+TEST_F(DataParallelTest, TheFirstBucketIsSmall) {
+  BertForQuestionAnswering model = make_model(BertConfig::preset("small"), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(Strategy::kDdp));
+  std::map<std::string, int64_t> bytes;
+  for (const auto& item : model->named_parameters()) bytes[item.key()] = static_cast<int64_t>(item.value().nbytes());
+  auto bucket_bytes = [&](const DataParallel::BucketLayout& bucket) {
+    int64_t total = 0;
+    for (const auto& name : bucket.parameters) total += bytes[name];
+    return total;
+  };
+  const auto layout = parallel.bucket_layout();
+  ASSERT_GE(layout.size(), 3u);
+  EXPECT_EQ(layout[0].parameters.front(), "qa_outputs.bias");
+  EXPECT_LE(bucket_bytes(layout[0]), 1 * kMiB);
+  EXPECT_GT(bucket_bytes(layout[0]) + bytes[layout[1].parameters.front()], 1 * kMiB) << "bucket 0 closed early";
+  EXPECT_GT(bucket_bytes(layout[1]), 1 * kMiB) << "later buckets take 25 MiB";
+  for (size_t b = 1; b + 1 < layout.size(); ++b) {
+    EXPECT_LE(bucket_bytes(layout[b]) - bytes[layout[b].parameters.back()], 25 * kMiB) << "bucket " << b;
+    EXPECT_GT(bucket_bytes(layout[b]) + bytes[layout[b + 1].parameters.front()], 25 * kMiB) << "bucket " << b;
+  }
+}
+
+// zero1 cuts every bucket into N equal slices: the bucket is padded to a multiple of N.
+TEST_P(DataParallelStrategies, BucketsArePaddedToAMultipleOfTheRanks) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  std::map<std::string, int64_t> numel;
+  for (const auto& item : model->named_parameters()) numel[item.key()] = item.value().numel();
+  for (const auto& bucket : parallel.bucket_layout()) {
+    int64_t members = 0;
+    for (const auto& name : bucket.parameters) members += numel[name];
+    EXPECT_EQ(bucket.numel % size_, 0) << bucket.parameters.front();
+    EXPECT_GE(bucket.numel, members);
+    EXPECT_LT(bucket.numel - members, size_) << "padded by more than it needs";
+  }
+}
+
+// zero1: the optimizer state of every parameter is cut into slices held by one rank each; taken
+// over all ranks they cover each parameter exactly once, padding excluded.
+TEST_P(DataParallelStrategies, OptimizerStateCoversEveryParameterOnce) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  const bool sharded = GetParam() == Strategy::kZero1;
+  EXPECT_EQ(parallel.optimizer_state_is_sharded(), sharded);
+  std::ostringstream names;
+  for (const NamedTensor& tensor : parallel.optimizer_state())
+    if (tensor.name.rfind("exp_avg.", 0) == 0) names << tensor.name.substr(8) << ' ' << tensor.tensor.numel() << '\n';
+  const std::vector<std::string> every_rank = all_gather_strings(names.str());
+
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> covered;  // parameter -> [begin, end) pieces
+  for (int r = 0; r < size_; ++r) {
+    std::istringstream lines(every_rank[static_cast<size_t>(r)]);
+    std::string name;
+    int64_t count = 0;
+    while (lines >> name >> count) {
+      const size_t bracket = name.find('[');
+      EXPECT_EQ(bracket != std::string::npos, sharded) << name;
+      if (!sharded) {  // every rank holds the whole state
+        if (r == 0) covered[name].push_back({0, count});
+        continue;
+      }
+      const size_t colon = name.find(':', bracket);
+      const int64_t begin = std::stoll(name.substr(bracket + 1, colon - bracket - 1));
+      const int64_t end = std::stoll(name.substr(colon + 1));
+      EXPECT_EQ(end - begin, count) << name;
+      covered[name.substr(0, bracket)].push_back({begin, end});
+    }
+  }
+  for (const auto& item : model->named_parameters()) {
+    auto pieces = covered[item.key()];
+    std::sort(pieces.begin(), pieces.end());
+    int64_t next = 0;
+    for (const auto& [begin, end] : pieces) {
+      EXPECT_EQ(begin, next) << item.key() << ": a gap or an overlap";
+      next = end;
+    }
+    EXPECT_EQ(next, item.value().numel()) << item.key();
+  }
+}
+
+TEST_P(DataParallelStrategies, EveryRankStartsFromRankZerosParameters) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 100 + static_cast<uint64_t>(rank_));
+  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  parallel.broadcast_parameters();
+  EXPECT_TRUE(same_on_every_rank(parameter_sums(model), "parameter sums"));
+  BertForQuestionAnswering rank_zero = make_model(tiny_config(), 100);
+  for (size_t k = 0; k < model->parameters().size(); ++k)
+    EXPECT_TRUE(torch::equal(model->parameters()[k], rank_zero->parameters()[k])) << "parameter " << k;
+}
+
+// One step on N ranks is one step of a single process on the averaged gradient, bit for bit:
+// AdamW is elementwise, so slicing (zero1) changes nothing.
+TEST_P(DataParallelStrategies, AStepEqualsOneProcessOnTheAveragedGradient) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1), reference = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, adam_with_decay(), options_for(GetParam(), 40, 100));
+  DataParallel single(reference, nullptr, adam_with_decay(), options_for(GetParam()));
+  for (int step = 0; step < 3; ++step) {
+    parallel.begin_backward(true);
+    synthetic_backward(model, rank_weight());
+    parallel.finish_gradient_sync();
+    if (GetParam() == Strategy::kDdp)
+      for (const auto& parameter : model->parameters())
+        EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, mean_weight()))) << "step " << step;
+    const double norm = parallel.clip_and_step(kNoClipping, 1e-2).item<double>();
+    parallel.zero_grad();
+
+    single.begin_backward(true);
+    synthetic_backward(reference, mean_weight());
+    single.finish_gradient_sync();
+    const double reference_norm = single.clip_and_step(kNoClipping, 1e-2).item<double>();
+    single.zero_grad();
+    EXPECT_NEAR(norm, reference_norm, 1e-6 * reference_norm) << "step " << step;
+  }
+  for (size_t k = 0; k < model->parameters().size(); ++k)
+    EXPECT_TRUE(torch::equal(model->parameters()[k], reference->parameters()[k])) << "parameter " << k;
+}
+
+// Clipping by the global norm: zero1's norm, summed from slices across ranks, scales as ddp's does.
+TEST_P(DataParallelStrategies, ClippingUsesTheGlobalNorm) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1), reference = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  DataParallel single(reference, nullptr, {}, options_for(GetParam()));
+  parallel.begin_backward(true);
+  synthetic_backward(model, rank_weight());
+  parallel.finish_gradient_sync();
+  const double norm = parallel.clip_and_step(0.5, 1e-2).item<double>();
+  single.begin_backward(true);
+  synthetic_backward(reference, mean_weight());
+  single.finish_gradient_sync();
+  const double reference_norm = single.clip_and_step(0.5, 1e-2).item<double>();
+  int64_t elements = 0;
+  for (const auto& parameter : model->parameters()) elements += parameter.numel();
+  EXPECT_NEAR(norm, mean_weight() * std::sqrt(static_cast<double>(elements)), 1e-5 * norm);
+  EXPECT_NEAR(norm, reference_norm, 1e-6 * reference_norm);
+  for (size_t k = 0; k < model->parameters().size(); ++k)
+    EXPECT_TRUE(torch::allclose(model->parameters()[k], reference->parameters()[k], 1e-6, 1e-7)) << "parameter " << k;
+}
+
+// A parameter that took no part in a rank's backward never reports ready: its bucket is reduced
+// after backward all the same, so every rank issues the same collectives and none waits forever.
+TEST_P(DataParallelStrategies, ParametersWithoutGradientsAreReducedAfterBackward) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1), reference = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  DataParallel single(reference, nullptr, {}, options_for(GetParam()));
+  const std::string unused_everywhere = "qa_outputs.bias", unused_on_rank_zero = "bert.embeddings.token_type_embeddings.weight";
+  std::set<std::string> skipped = {unused_everywhere};
+  if (rank_ == 0) skipped.insert(unused_on_rank_zero);
+  parallel.begin_backward(true);
+  synthetic_backward(model, rank_weight(), skipped);
+  parallel.finish_gradient_sync();
+  const auto named = model->named_parameters();
+  if (GetParam() == Strategy::kDdp) {
+    EXPECT_TRUE(torch::equal(named[unused_everywhere].grad(), torch::zeros_like(named[unused_everywhere])));
+    EXPECT_TRUE(torch::equal(named[unused_on_rank_zero].grad(),
+                             torch::full_like(named[unused_on_rank_zero], mean_weight() - size_)));  // rank 0's share missing
+    EXPECT_TRUE(torch::equal(named["qa_outputs.weight"].grad(), torch::full_like(named["qa_outputs.weight"], mean_weight())));
+  }
+  // The step sees the same gradients as one process given them (the unused parameter's zero).
+  parallel.clip_and_step(kNoClipping, 1e-2);
+  single.begin_backward(true);
+  torch::Tensor loss = torch::zeros({});
+  for (const auto& item : reference->named_parameters()) {
+    double weight = mean_weight();
+    if (item.key() == unused_everywhere) weight = 0;
+    if (item.key() == unused_on_rank_zero) weight -= size_;
+    loss = loss + (item.value() * weight).sum();
+  }
+  loss.backward();
+  single.finish_gradient_sync();
+  single.clip_and_step(kNoClipping, 1e-2);
+  for (const auto& item : model->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), reference->named_parameters()[item.key()])) << item.key();
+}
+
+// Gradient accumulation: micro-steps before the last one send nothing (DDP's no_sync) and keep
+// the local sum; the last one reduces the accumulated gradients once.
+TEST_P(DataParallelStrategies, AccumulationMicroStepsDoNotCommunicate) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  const int64_t operations_before = communicator_->stats().operations;
+  const int64_t bytes_before = parallel.sync_stats().bytes;
+
+  parallel.begin_backward(false);
+  synthetic_backward(model, rank_weight());
+  parallel.finish_gradient_sync();  // nothing to wait for
+  EXPECT_EQ(communicator_->stats().operations, operations_before);
+  EXPECT_EQ(parallel.sync_stats().bytes, bytes_before);
+  for (const auto& parameter : model->parameters())
+    EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, rank_weight()))) << "local sum";
+
+  parallel.begin_backward(true);
+  synthetic_backward(model, rank_weight());
+  parallel.finish_gradient_sync();
+  EXPECT_EQ(communicator_->stats().operations, operations_before + static_cast<int64_t>(parallel.num_buckets()));
+  if (GetParam() == Strategy::kDdp)
+    for (const auto& parameter : model->parameters())
+      EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, 2 * mean_weight()))) << "averaged once";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies, ::testing::Values(Strategy::kDdp, Strategy::kZero1),
+                         [](const ::testing::TestParamInfo<Strategy>& info) { return std::string(strategy_name(info.param)); });
+
+}  // namespace
+}  // namespace mpibert
