@@ -14,7 +14,7 @@ communication and step time, and writes check.md and check.png.
 `project` writes projection.md and projection.png for bert-base/bert-large on A100/H100
 nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json.
 
-The step (as mpibert's src/ddp.cpp and src/trainer.cpp do it):
+The step (as mpibert's src/dist/data_parallel.cpp and src/train/trainer.cpp do it):
   step = data + forward + backward + exposed gradient communication + optimizer
          (+ zero1: the parameter all-gather after the optimizer, never overlapped)
          + the per-step host all-reduce of the sample count (16 bytes).
