@@ -40,9 +40,31 @@ venv=${MPIBERT_VENV:-.venv}
 installed=$("$venv/bin/python3" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
 if [ "${installed%%+*}" = "$torch_version" ]; then
   echo "install-deps: torch $installed in $venv"
-  exit 0
+else
+  echo "install-deps: installing torch==$torch_version from PyPI into $venv (about 4.5 GB with its CUDA libraries)"
+  [ -x "$venv/bin/python3" ] || python3 -m venv "$venv" || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$torch_version"
+  "$venv/bin/python3" -c 'import torch; print("install-deps: torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null
 fi
-echo "install-deps: installing torch==$torch_version from PyPI into $venv (about 4.5 GB with its CUDA libraries)"
-[ -x "$venv/bin/python3" ] || python3 -m venv "$venv" || /usr/bin/python3 -m venv "$venv"
-"$venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$torch_version"
-"$venv/bin/python3" -c 'import torch; print("install-deps: torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null
+
+# Headers that LibTorch's CUDA headers need through the CUDA runtime's (cuda_runtime.h includes
+# crt/host_config.h, cuda_fp16.h includes nv/target) ship in nvidia-cuda-crt and nvidia-cuda-cccl,
+# not in the wheels torch depends on: with them the build needs no CUDA toolkit
+# (scripts/libtorch_wheel.cmake). Their release is the wheel's CUDA version (13.0.* for torch
+# 2.11.0). Read from the package's files: importing torch would load every CUDA library.
+header_wheels=$("$venv/bin/python3" - <<'PY'
+import importlib.util, os, re
+torch_dir = importlib.util.find_spec("torch").submodule_search_locations[0]
+cuda = re.search(r"^cuda.*'([0-9.]+)'", open(os.path.join(torch_dir, "version.py")).read(), re.M)
+if cuda:
+    include = os.path.join(os.path.dirname(torch_dir), "nvidia", "cu" + cuda.group(1).split(".")[0], "include")
+    for wheel, header in (("nvidia-cuda-crt", "crt/host_config.h"), ("nvidia-cuda-cccl", "nv/target")):
+        if not os.path.exists(os.path.join(include, header)):
+            print(f"{wheel}=={cuda.group(1)}.*")
+PY
+)
+if [ -n "$header_wheels" ]; then
+  echo "install-deps: installing" $header_wheels "(CUDA headers for building without a toolkit) into $venv"
+  # shellcheck disable=SC2086
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps $header_wheels
+fi

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/build.sh mpibert mpibert-prep
 source scripts/env.sh
 
 run_dir="results/main"

@@ -4,7 +4,7 @@
 # plots and comparison.md are checked; and a run directory without results.json must fail.
 # Registered in ctest as compare.report. Environment (all optional):
 #   MPIBERT_BIN_DIR   where mpibert and mpibert-prep are (default: build/bin)
-#   MPIBERT_FIXTURES  fixtures (default: ../shared/fixtures beside the checkout)
+#   MPIBERT_FIXTURES  fixtures (default: tests/fixtures)
 #   MPIEXEC           mpiexec to use (default: mpiexec on PATH)
 #   KEEP_TMP=1        keep the temporary directory
 set -euo pipefail
@@ -14,7 +14,7 @@ source scripts/env.sh
 export OMP_NUM_THREADS=1
 
 bin=${MPIBERT_BIN_DIR:-$root/build/bin}
-fixtures=${MPIBERT_FIXTURES:-$root/../shared/fixtures}
+fixtures=${MPIBERT_FIXTURES:-$root/tests/fixtures}
 mpiexec=${MPIEXEC:-mpiexec}
 py=/usr/bin/python3
 model_config=$fixtures/model/config.json

@@ -7,7 +7,7 @@
 
 namespace mpibert::test {
 
-// $MPIBERT_FIXTURES, else ../shared/fixtures beside the checkout.
+// $MPIBERT_FIXTURES, else tests/fixtures in the checkout.
 std::string fixtures_dir();
 // The data bundled with the project (vocab, SQuAD dev sets).
 std::string data_dir();

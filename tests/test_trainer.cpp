@@ -7,6 +7,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/safetensors.hpp"
 #include "mpibert/train/tensorboard.hpp"
 #include "mpibert/train/trainer.hpp"
@@ -169,6 +170,46 @@ TEST_F(Trainer, CommandLineTrainEvalAndPredict) {
   const auto described = nlohmann::json::parse(environment.output);
   EXPECT_EQ(described["devices"]["type"], "cpu");
   EXPECT_EQ(described["libtorch"], TORCH_VERSION);
+}
+
+// A run_qa.py command line runs with only the data paths changed: its option names are aliases,
+// the vocabulary comes from the --model_name_or_path directory, and --max_seq_length/--doc_stride
+// must be what the shards were prepared with.
+TEST_F(Trainer, RunQaOptionNamesAreAccepted) {
+  test::TempDir run;
+  {
+    BertForQuestionAnswering model(BertConfig::load(data_->file("config.json")));
+    model->init_weights();
+    save_pretrained(model, run.file("model"), test::vocab_path());
+  }
+  const std::string run_qa = test::bin_dir() + "/mpibert train --model_name_or_path " + run.file("model") +
+                             " --do_train --do_eval --per_device_train_batch_size 8 --per_device_eval_batch_size 16"
+                             " --learning_rate 3e-5 --num_train_epochs 1 --warmup_ratio 0.1 --weight_decay 0.01"
+                             " --gradient_accumulation_steps 2 --seed 7 --save_steps 2 --logging_steps 1 --bf16"
+                             " --train-shards " + data_->file("train") + " --eval-shards " + data_->file("eval") +
+                             " --max-steps 2 --output_dir " + run.file("out");
+  test::CommandResult trained = test::run_command(run_qa + " --max_seq_length 384 --doc_stride 128");
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  const std::string resolved = read_file(run.file("out/train_config.toml"));
+  for (const char* value : {"batch-size=8", "eval-batch-size=16", "learning-rate=3e-5", "epochs=1", "warmup-ratio=0.1",
+                            "weight-decay=0.01", "gradient-accumulation=2", "seed=7", "save-steps=2", "logging-steps=1",
+                            "bf16=true", "max-seq-length=384", "doc-stride=128"})
+    EXPECT_NE(resolved.find(value), std::string::npos) << value << " not in\n" << resolved;
+  const auto results = nlohmann::json::parse(read_file(run.file("out/results.json")));
+  EXPECT_EQ(results["parameters"]["batch_size"], 8);
+  EXPECT_TRUE(results.contains("eval_f1"));
+
+  test::CommandResult longer = test::run_command(run_qa + "-2 --max_seq_length 256");
+  EXPECT_NE(longer.exit_status, 0);
+  EXPECT_NE(longer.output.find(data_->file("train") + "/manifest.json: prepared with max_seq_length 384, but this run asks "
+                               "for 256: prepare the shards again with mpibert-prep --max-seq-length 256"),
+            std::string::npos) << longer.output;
+  test::CommandResult stride = test::run_command(run_qa + "-3 --doc_stride 64");
+  EXPECT_NE(stride.output.find("prepared with doc_stride 128, but this run asks for 64"), std::string::npos) << stride.output;
+  test::CommandResult eval_without_shards =
+      test::run_command(test::bin_dir() + "/mpibert train --model " + run.file("model") + " --do_eval --train-shards " +
+                        data_->file("train") + " --output-dir " + run.file("out-4"));
+  EXPECT_NE(eval_without_shards.output.find("--do_eval needs --eval-shards"), std::string::npos) << eval_without_shards.output;
 }
 
 TEST_F(Trainer, ProfileWritesAChromeTraceWithOurPhases) {

@@ -23,6 +23,7 @@ struct ModelCommands::Impl {
   int threads = 0;
   double collective_timeout = 300;
   bool log_all_ranks = false;
+  bool do_train = false, do_eval = false;  // run_qa.py switches, accepted
   // eval and predict
   std::string model_dir, data_dir, output_dir, context, question, device = "auto";
   int64_t batch_size = 64;
@@ -42,19 +43,26 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->fallthrough();
   c->add_option("--train-shards", o.train_dir, "directory prepared by mpibert-prep --split train")->required();
   c->add_option("--eval-shards", o.eval_dir, "directory prepared by mpibert-prep --split eval");
-  c->add_option("--output-dir", o.output_dir, "run directory")->required();
-  c->add_option("--model", o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
+  c->add_option("--output-dir,--output_dir", o.output_dir, "run directory")->required();
+  c->add_option("--model,--model_name_or_path", o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
   c->add_option("--model-config", o.model_config, "config.json for a randomly initialized model (without --model)");
-  c->add_option("--vocab", o.vocab, "vocab.txt, copied into checkpoints")->required();
+  c->add_option("--vocab", o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
   c->add_option("--resume", o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");
-  c->add_option("--epochs", o.epochs)->capture_default_str();
+  c->add_option("--max-seq-length,--max_seq_length", o.expected_max_seq_length,
+                "refuse shards prepared with another max_seq_length (0: any; run_qa's is 384)")->capture_default_str();
+  c->add_option("--doc-stride,--doc_stride", o.expected_doc_stride,
+                "refuse shards prepared with another doc_stride (0: any; run_qa's is 128)")->capture_default_str();
+  // run_qa.py's switches of what to run: training always runs, evaluation when --eval-shards is given.
+  c->add_flag("--do_train", impl_->do_train, "accepted for run_qa.py command lines (training always runs)");
+  c->add_flag("--do_eval", impl_->do_eval, "accepted for run_qa.py command lines: needs --eval-shards");
+  c->add_option("--epochs,--num_train_epochs", o.epochs)->capture_default_str();
   c->add_option("--max-steps", o.max_steps, "train this many optimizer steps instead (overrides --epochs)")->capture_default_str();
-  c->add_option("--batch-size", o.batch_size, "per micro-batch")->capture_default_str();
-  c->add_option("--gradient-accumulation", o.gradient_accumulation)->capture_default_str();
-  c->add_option("--learning-rate", o.learning_rate)->capture_default_str();
-  c->add_option("--weight-decay", o.weight_decay)->capture_default_str();
+  c->add_option("--batch-size,--per_device_train_batch_size", o.batch_size, "per rank, per micro-batch")->capture_default_str();
+  c->add_option("--gradient-accumulation,--gradient_accumulation_steps", o.gradient_accumulation)->capture_default_str();
+  c->add_option("--learning-rate,--learning_rate", o.learning_rate)->capture_default_str();
+  c->add_option("--weight-decay,--weight_decay", o.weight_decay)->capture_default_str();
   c->add_option("--warmup-steps", o.warmup_steps)->capture_default_str();
-  c->add_option("--warmup-ratio", o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
+  c->add_option("--warmup-ratio,--warmup_ratio", o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
   c->add_option("--max-grad-norm", o.max_grad_norm)->capture_default_str();
   c->add_option("--seed", o.seed)->capture_default_str();
   c->add_option("--padding", impl_->padding, "dynamic (to the longest in the batch, multiple of 8) or full")
@@ -62,10 +70,10 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->capture_default_str();
   c->add_flag("--group-by-length", o.group_by_length, "batches of similar length (HF's group_by_length): less padding");
   c->add_option("--stop-after-steps", o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
-  c->add_option("--logging-steps", o.logging_steps)->capture_default_str();
-  c->add_option("--save-steps", o.save_steps, "checkpoint every N steps (0: only at the end)")->capture_default_str();
+  c->add_option("--logging-steps,--logging_steps", o.logging_steps)->capture_default_str();
+  c->add_option("--save-steps,--save_steps", o.save_steps, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--save-total-limit", o.save_total_limit, "checkpoints kept")->capture_default_str();
-  c->add_option("--eval-batch-size", o.eval_batch_size)->capture_default_str();
+  c->add_option("--eval-batch-size,--per_device_eval_batch_size", o.eval_batch_size)->capture_default_str();
   c->add_option("--eval-steps", o.eval_steps, "also evaluate every N steps; the best F1 is kept in trainer_state.json")
       ->capture_default_str();
   c->add_option("--n-best-size", o.postprocess.n_best_size)->capture_default_str();
@@ -186,6 +194,23 @@ int ModelCommands::Impl::run_predict() {
 int ModelCommands::Impl::run_train() {
   if (options.model_dir.empty() == options.model_config.empty()) {
     spdlog::error("give exactly one of --model (an HF directory) and --model-config (random initialization)");
+    return 2;
+  }
+  if (!options.model_dir.empty() && !std::filesystem::is_directory(options.model_dir)) {
+    spdlog::error("--model {}: not a directory. A hub name (run_qa's bert-base-uncased) must be downloaded first: "
+                  "README.md, \"Your own bert-base-uncased\"", options.model_dir);
+    return 2;
+  }
+  if (options.vocab.empty()) {
+    if (options.model_dir.empty() || !std::filesystem::exists(options.model_dir + "/vocab.txt")) {
+      spdlog::error("--vocab is required: {}", options.model_dir.empty() ? "a random model has no vocabulary"
+                                                                          : options.model_dir + " has no vocab.txt");
+      return 2;
+    }
+    options.vocab = options.model_dir + "/vocab.txt";
+  }
+  if (do_eval && options.eval_dir.empty()) {
+    spdlog::error("--do_eval needs --eval-shards (shards prepared with mpibert-prep --split eval)");
     return 2;
   }
   options.padding = padding == "full" ? Padding::kFull : Padding::kDynamic;

@@ -111,6 +111,7 @@ class Trainer {
 
  private:
   void set_up_model_and_data();
+  void check_shard_geometry(const std::string& dir, const FeatureParams& prepared) const;
   void set_up_schedule();
   void set_up_parallel();
   bool steps_left_in_epoch() const;
@@ -158,6 +159,19 @@ Trainer::Trainer(const TrainOptions& options) : options_(options) {
 
 // Setup each rank does alone (any rank's failure stops all of them with one message), then the
 // check that every rank runs the same thing.
+void Trainer::check_shard_geometry(const std::string& dir, const FeatureParams& prepared) const {
+  auto refuse = [&](const char* what, const char* prep_option, int32_t have, int32_t want) {
+    throw InputError(describe(dir + "/" + kManifestName, "", std::string("prepared with ") + what + " " + std::to_string(have) +
+                                                                 ", but this run asks for " + std::to_string(want) +
+                                                                 ": prepare the shards again with mpibert-prep " + prep_option + " " +
+                                                                 std::to_string(want)));
+  };
+  if (options_.expected_max_seq_length && prepared.max_seq_length != options_.expected_max_seq_length)
+    refuse("max_seq_length", "--max-seq-length", prepared.max_seq_length, options_.expected_max_seq_length);
+  if (options_.expected_doc_stride && prepared.doc_stride != options_.expected_doc_stride)
+    refuse("doc_stride", "--doc-stride", prepared.doc_stride, options_.expected_doc_stride);
+}
+
 void Trainer::set_up_model_and_data() {
   set_tf32(options_.tf32);
   torch::manual_seed(options_.seed);
@@ -167,6 +181,8 @@ void Trainer::set_up_model_and_data() {
     model_holder_ = options_.model_dir.empty() ? BertForQuestionAnswering(BertConfig::load(options_.model_config), options_.model)
                                                : load_pretrained(options_.model_dir, options_.vocab, options_.model);
     store_ = FeatureStore::open(options_.train_dir);
+    check_shard_geometry(options_.train_dir, store_->manifest().params);
+    if (!options_.eval_dir.empty()) check_shard_geometry(options_.eval_dir, read_manifest(options_.eval_dir).params);
     if (store_->manifest().vocab_size && store_->manifest().vocab_size != model()->config().vocab_size)
       throw InputError(describe(options_.train_dir, "", "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
                                                             " tokens, but the model has vocab_size " +

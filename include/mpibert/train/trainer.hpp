@@ -30,6 +30,8 @@ struct TrainOptions {
   std::string model_config;         // config.json for random init (when model_dir is empty)
   std::string vocab;                // vocab.txt, copied into checkpoints
   std::string resume;               // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
+  // What the shards must have been prepared with (run_qa's --max_seq_length, --doc_stride); 0: any.
+  int32_t expected_max_seq_length = 0, expected_doc_stride = 0;
 
   double epochs = 2;
   int64_t batch_size = 24;          // per rank, per micro-batch
