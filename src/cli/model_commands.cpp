@@ -198,7 +198,7 @@ int ModelCommands::Impl::run_train() {
   }
   if (!options.model_dir.empty() && !std::filesystem::is_directory(options.model_dir)) {
     spdlog::error("--model {}: not a directory. A hub name (run_qa's bert-base-uncased) must be downloaded first: "
-                  "README.md, \"Your own bert-base-uncased\"", options.model_dir);
+                  "README.md, \"The bert-base recipe\"", options.model_dir);
     return 2;
   }
   if (options.vocab.empty()) {
