@@ -29,13 +29,16 @@ for run in "$out"/hf-trainer-minilm-seed*/; do
   seed=${seed##*-seed}
   runs+=("$out/hf-trainer-minilm-seed$seed" "$out/mpibert-minilm-seed$seed")
 done
-results/compare "${runs[@]}" --baseline "${runs[0]}" --out "$out" \
+stated=()  # HF's files do not record the number of processes: one each here
+for run in "${runs[@]}"; do [[ $run == *hf-trainer* ]] && stated+=(--ranks "$run=1"); done
+results/compare "${runs[@]}" "${stated[@]}" --baseline "${runs[0]}" --out "$out" \
   --title "all-MiniLM-L6-v2 fine-tuned on the bundled sample: HF Trainer and mpibert" > "$out/table.md"
 python3 - "${runs[@]}" >> "$out/table.md" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 sides = {}
 for run in sys.argv[1:]:
-    r = json.load(open(run + "/results.json"))
+    # mpibert's results.json; HF's all_results.json (the peer wrote results.json before it left run_qa's layout)
+    r = json.load(open(run + "/results.json" if os.path.exists(run + "/results.json") else run + "/all_results.json"))
     sides.setdefault("HF Trainer" if "hf-trainer" in run else "mpibert", []).append((r["eval_exact_match"], r["eval_f1"]))
 print()
 for side, scores in sides.items():
@@ -48,4 +51,5 @@ cat "$out/table.md"
 # Kept: what the reports read and the answers; not the checkpoints, saved models, n-best lists or
 # TensorBoard events.
 find "$out" -maxdepth 2 \( -name 'checkpoint-*' -o -name tensorboard -o -name model -o -name predict \) -type d -exec rm -rf {} +
-find "$out" -maxdepth 2 -name nbest_predictions.json -delete
+find "$out" -maxdepth 2 \( -name '*nbest_predictions.json' -o -name model.safetensors -o -name training_args.bin \
+  -o -name vocab.txt \) -delete

@@ -19,10 +19,11 @@ common=(--padding full --save-total-limit 1)
 RUN_NAME=cpu-1rank-2threads THREADS=2 jobs/local.sh baseline --batch-size 32 "${common[@]}"
 RUN_NAME=cpu-2ranks-ddp THREADS=1 RANKS=2 jobs/local.sh ddp --batch-size 16 "${common[@]}"
 RUN_NAME=cpu-2ranks-zero1 THREADS=1 RANKS=2 jobs/local.sh zero1 --batch-size 16 "${common[@]}"
-# Kept: what the reports read (results.json, metrics.jsonl, the job's files); not the checkpoints,
-# prediction files or TensorBoard events.
+# Kept: what the reports read (results.json, metrics.jsonl, HF's *_results.json and
+# trainer_state.json, the job's files); not the checkpoints, the final model, prediction files or
+# TensorBoard events.
 find results/reference -maxdepth 2 \( -name 'checkpoint-*' -o -name tensorboard \) -type d -exec rm -rf {} +
-find results/reference -maxdepth 2 \( -name 'predictions.json' -o -name 'nbest_predictions.json' \) -delete
+find results/reference -maxdepth 2 \( -name '*predictions.json' -o -name model.safetensors -o -name vocab.txt \) -delete
 results/compare results/reference/cpu-1rank-2threads results/reference/cpu-2ranks-ddp results/reference/cpu-2ranks-zero1 \
   --baseline results/reference/cpu-1rank-2threads --out results/reference --title "mpibert on $(hostname), CPU" \
   > results/reference/table.md

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what mpibert needs, only what is missing:
-#  - Debian packages (without recommends): compilers, Open MPI, HDF5, spdlog, CLI11, ...;
+#  - Debian packages (without recommends): compilers, Open MPI, HDF5, spdlog, CLI11, GoogleTest...;
+#    with --with-reports also python3-matplotlib and python3-yaml for /usr/bin/python3
+#    (results/compare's plots and the hparams.yaml of Lightning logs; the tests need them, the main
+#    job does not);
 #  - LibTorch: PyTorch's wheel from PyPI (torch==2.11.0, the version of the GPU image, built for
 #    CUDA 13.0 with cuDNN, NCCL and Kineto) in the project's virtual environment .venv/. The build
 #    finds it there (CMakeLists.txt); on a machine without a GPU its CUDA LibTorch runs on the CPU.
 #    MPIBERT_VENV names another environment; a cluster's own LibTorch is given to CMake instead
 #    (-DTorch_DIR or -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
-# python3-matplotlib (for /usr/bin/python3) draws results/compare's plots.
+# On a fresh machine PyPI's download (about 4.5 GB) runs while apt installs the Debian packages.
+#   scripts/install-deps.sh [--with-reports]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,35 +21,78 @@ packages=(
   libhdf5-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev
   nlohmann-json3-dev libutf8proc-dev zlib1g-dev
   libprotobuf-dev protobuf-compiler
-  python3-venv python3-matplotlib
+  python3-venv
 )
+case "${1:-}" in
+  --with-reports) packages+=(python3-matplotlib python3-yaml) ;;
+  "") ;;
+  *) echo "usage: scripts/install-deps.sh [--with-reports]" >&2; exit 2 ;;
+esac
 
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+apt_updated=0
+apt_install() {
+  [ $apt_updated = 1 ] || { $SUDO apt-get update -qq; apt_updated=1; }
+  $SUDO apt-get install -y -qq --no-install-recommends "$@"
+}
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: Debian packages present"
-else
-  echo "install-deps: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+venv=${MPIBERT_VENV:-.venv}
+want_torch=1
+[ "${MPIBERT_SKIP_TORCH:-0}" = 1 ] && want_torch=0
+installed=$("$venv/bin/python3" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+if [ $want_torch = 1 ] && [ "${installed%%+*}" = "$torch_version" ]; then
+  echo "install-deps: torch $installed in $venv"
+  want_torch=0
 fi
 
-[ "${MPIBERT_SKIP_TORCH:-0}" = 1 ] && exit 0
-venv=${MPIBERT_VENV:-.venv}
-installed=$("$venv/bin/python3" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
-if [ "${installed%%+*}" = "$torch_version" ]; then
-  echo "install-deps: torch $installed in $venv"
+# torch from PyPI, in the background: the venv first (Debian's python3 needs python3-venv for it).
+torch_pid=""
+torch_log=$(mktemp "${TMPDIR:-/tmp}/install-torch.XXXXXX")
+# A failing apt ends the script: the download goes with it.
+trap 'rm -f "$torch_log"; [ -z "$torch_pid" ] || kill "$torch_pid" 2>/dev/null || true' EXIT
+if [ $want_torch = 1 ]; then
+  if [ ! -x "$venv/bin/python3" ]; then
+    # Debian's python3 makes environments only with python3-venv (ensurepip): that package first.
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null && [[ " ${missing[*]} " == *" python3-venv "* ]]; then
+      echo "install-deps: installing python3-venv (for $venv)"
+      apt_install python3-venv
+    fi
+    python3 -m venv "$venv" || /usr/bin/python3 -m venv "$venv"
+  fi
+  echo "install-deps: installing torch==$torch_version from PyPI into $venv (about 4.5 GB with its CUDA libraries), in the background"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$torch_version" > "$torch_log" 2>&1 &
+  torch_pid=$!
+fi
+
+remaining=()
+for p in "${missing[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || remaining+=("$p")
+done
+if [ ${#remaining[@]} -eq 0 ]; then
+  echo "install-deps: Debian packages present"
 else
-  echo "install-deps: installing torch==$torch_version from PyPI into $venv (about 4.5 GB with its CUDA libraries)"
-  [ -x "$venv/bin/python3" ] || python3 -m venv "$venv" || /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$torch_version"
+  echo "install-deps: installing ${remaining[*]}"
+  apt_install "${remaining[@]}"
+fi
+
+if [ -n "$torch_pid" ]; then
+  status=0
+  wait "$torch_pid" || status=$?
+  torch_pid=""
+  if [ $status -ne 0 ]; then
+    cat "$torch_log" >&2
+    echo "install-deps: pip install torch==$torch_version failed (above)" >&2
+    exit 1
+  fi
   "$venv/bin/python3" -c 'import torch; print("install-deps: torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null
 fi
+[ "${MPIBERT_SKIP_TORCH:-0}" = 1 ] && exit 0
 
 # Headers that LibTorch's CUDA headers need through the CUDA runtime's (cuda_runtime.h includes
 # crt/host_config.h, cuda_fp16.h includes nv/target) ship in nvidia-cuda-crt and nvidia-cuda-cccl,

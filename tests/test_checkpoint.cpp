@@ -198,7 +198,8 @@ TEST(Checkpoint, DirectoryErrors) {
             std::string::npos);
   std::filesystem::create_directories(dir.file("torch"));
   test::write_text(dir.file("torch/pytorch_model.bin"), "not really");
-  EXPECT_NE(error_of([&] { load_pretrained(dir.file("torch")); }).find("convert it with"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_pretrained(dir.file("torch")); }).find("scripts/convert_pytorch_bin.py " + dir.file("torch")),
+            std::string::npos);
   EXPECT_NE(error_of([&] { load_pretrained(dir.file("nothing")); }).find("not found"), std::string::npos);
 }
 

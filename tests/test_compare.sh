@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # results/compare end to end: three tiny training runs (1 rank; 2 ranks ddp; 2 ranks zero1) of the
-# fixture model from random weights on a few SQuAD v1.1 dev articles, then the comparison table,
-# plots and comparison.md are checked; and a run directory without results.json must fail.
+# fixture model from random weights on a few SQuAD v1.1 dev articles, beside the output directory
+# of the real HF Trainer and the CSV log of Lightning's Trainer (tests/peer_runs), then the table,
+# the notes on what each source does not record, the plots and comparison.md are checked; mpibert's
+# HF-named files read as an HF output_dir give the same figures; a run directory of none of the
+# three kinds, or a malformed results.json, must fail.
 # Registered in ctest as compare.report. Environment (all optional):
 #   MPIBERT_BIN_DIR   where mpibert and mpibert-prep are (default: build/bin)
 #   MPIBERT_FIXTURES  fixtures (default: tests/fixtures)
@@ -57,12 +60,14 @@ logged "$tmp/run2.log" "${mpi[@]}" "$bin/mpibert" "${train[@]}" --strategy ddp -
 step "run 3: 2 ranks, zero1"
 logged "$tmp/run3.log" "${mpi[@]}" "$bin/mpibert" "${train[@]}" --strategy zero1 --output-dir "$tmp/runs/r2-zero1"
 
-step "results/compare"
+step "results/compare: the three runs, the real HF Trainer's output_dir and Lightning's CSV log"
 out=$tmp/report
+hf=$root/tests/peer_runs/hf-trainer
+lightning=$root/tests/peer_runs/lightning
 set +e
 # Given out of order, so the sort and the default baseline (fewest ranks) are exercised.
-"$root/results/compare" "$tmp/runs/r2-zero1" "$tmp/runs/r2-ddp" "$tmp/runs/r1-single" \
-  --out "$out" --title "compare test" >"$tmp/compare.out" 2>"$tmp/compare.err"
+"$root/results/compare" "$tmp/runs/r2-zero1" "$tmp/runs/r2-ddp" "$tmp/runs/r1-single" "$hf" "$lightning" \
+  --ranks "$hf=1" --out "$out" --title "compare test" >"$tmp/compare.out" 2>"$tmp/compare.err"
 rc=$?
 set -e
 dump() {
@@ -73,57 +78,93 @@ dump() {
 if [ $rc -ne 0 ]; then echo "FAIL: results/compare exited $rc"; dump; exit 1; fi
 cat "$tmp/compare.out"
 
-if ! "$py" - "$tmp/compare.out" "$out" "$tmp/runs" <<'EOF'
-import json, os, sys
-stdout_path, out, runs = sys.argv[1:]
+if ! "$py" - "$tmp/compare.out" "$out" "$tmp/runs" "$hf" "$lightning" <<'EOF'
+import csv, json, os, sys
+stdout_path, out, runs, hf, lightning = sys.argv[1:]
 text = open(stdout_path, encoding="utf-8").read()
 failures = []
 def check(cond, msg):
     if not cond:
         failures.append(msg)
+DASH, MARK = "\u2013", "\u2020"
 
 rows = [l for l in text.splitlines() if l.startswith("|")]
 cells = [[c.strip() for c in l.strip().strip("|").split("|")] for l in rows]
 header, body = cells[0], [c for c in cells[2:]]
-check(len(body) == 3, "expected 3 table rows, found %d" % len(body))
+check(len(body) == 5, "expected 5 table rows, found %d" % len(body))
 col = {name: header.index(name) for name in header}
-for name in ("run", "strategy", "ranks", "samples/s", "speedup", "efficiency", "EM", "F1",
-             "validation loss", "training time", "device", "epochs"):
+for name in ("run", "source", "strategy", "ranks", "samples/s", "samples/s incl. setup", "speedup", "efficiency",
+             "EM", "F1", "validation loss", "training time", "device", "epochs"):
     check(name in col, "column %r missing from the header %r" % (name, header))
 if failures:
     print("\n".join("FAIL: " + f for f in failures)); sys.exit(1)
+row = {r[col["run"]]: r for r in body}
+def number(cell):
+    return float(cell.rstrip(MARK + "%").replace(",", ""))
 
-got = [(r[col["run"]], r[col["ranks"]], r[col["strategy"]]) for r in body]
-want = [("r1-single", "1", "single"), ("r2-ddp", "2", "ddp"), ("r2-zero1", "2", "zero1")]
-check(got == want, "rows (run, ranks, strategy) %r, expected %r" % (got, want))
+got = [(r[col["run"]], r[col["ranks"]], r[col["strategy"]], r[col["source"]]) for r in body]
+want = [("hf-trainer", "1", "single", "HF Trainer"), ("lightning", "1", "single", "Lightning"),
+        ("r1-single", "1", "single", "mpibert"), ("r2-ddp", "2", "ddp", "mpibert"), ("r2-zero1", "2", "zero1", "mpibert")]
+check(got == want, "rows (run, ranks, strategy, source) %r, expected %r" % (got, want))
 
 def results(name):
     with open(os.path.join(runs, name, "results.json")) as f:
         return json.load(f)
 base = results("r1-single")["train_step_samples_per_second"]
-for r in body:
-    name = r[col["run"]]
-    res = results(name)
-    sps = float(r[col["samples/s"]].replace(",", ""))
-    check(abs(sps - res["train_step_samples_per_second"]) <= 0.006 + 1e-9,
-          "%s: samples/s %s, results.json says %r" % (name, sps, res["train_step_samples_per_second"]))
-    speedup = float(r[col["speedup"]])
+for name in ("r1-single", "r2-ddp", "r2-zero1"):
+    r, res = row[name], results(name)
+    check(abs(number(r[col["samples/s"]]) - res["train_step_samples_per_second"]) <= 0.006,
+          "%s: samples/s %s, results.json says %r" % (name, r[col["samples/s"]], res["train_step_samples_per_second"]))
+    check(abs(number(r[col["samples/s incl. setup"]]) - res["train_samples_per_second"]) <= 0.006,
+          "%s: samples/s incl. setup %s, results.json says %r" % (name, r[col["samples/s incl. setup"]], res["train_samples_per_second"]))
     expect = res["train_step_samples_per_second"] / base
-    check(abs(speedup - expect) <= 0.0051, "%s: speedup %s, expected %.4f (%r / %r)"
-          % (name, speedup, expect, res["train_step_samples_per_second"], base))
-    eff = float(r[col["efficiency"]].rstrip("%"))
+    check(abs(number(r[col["speedup"]]) - expect) <= 0.0051 and MARK not in r[col["speedup"]],
+          "%s: speedup %s, expected %.4f over the steps" % (name, r[col["speedup"]], expect))
     ranks = res["parallel"]["world_size"]
-    check(abs(eff - 100 * expect / ranks) <= 0.51, "%s: efficiency %s%%, expected %.2f%%"
-          % (name, eff, 100 * expect / ranks))
-    f1 = r[col["F1"]]
-    check(f1 != "\u2013" and abs(float(f1) - res["eval_f1"]) <= 0.0051,
-          "%s: F1 %s, results.json says %r" % (name, f1, res.get("eval_f1")))
-    check(r[col["validation loss"]] != "\u2013", "%s: validation loss missing" % name)
+    check(abs(number(r[col["efficiency"]]) - 100 * expect / ranks) <= 0.51, "%s: efficiency %s, expected %.2f%%"
+          % (name, r[col["efficiency"]], 100 * expect / ranks))
+    check(r[col["F1"]] != DASH and abs(float(r[col["F1"]]) - res["eval_f1"]) <= 0.0051,
+          "%s: F1 %s, results.json says %r" % (name, r[col["F1"]], res.get("eval_f1")))
+    check(r[col["validation loss"]] != DASH, "%s: validation loss missing" % name)
     check(":" in r[col["training time"]] and "s)" in r[col["training time"]],
           "%s: training time %r is not h:mm:ss (seconds)" % (name, r[col["training time"]]))
-check(body[0][col["speedup"]] == "1.00", "baseline row speedup %r, expected 1.00" % body[0][col["speedup"]])
+check(row["r1-single"][col["speedup"]] == "1.00", "baseline row speedup %r, expected 1.00" % row["r1-single"][col["speedup"]])
 check("Baseline: **r1-single**" in text, "no line naming r1-single as the baseline")
 check("Speedup =" in text and "efficiency =" in text, "no definition of speedup/efficiency")
+
+# HF Trainer: its own files' figures; the step throughput and the loss it does not record.
+hf_results = json.load(open(os.path.join(hf, "all_results.json")))
+r = row["hf-trainer"]
+check(r[col["samples/s"]] == DASH, "hf-trainer: samples/s over the steps %r, HF records none" % r[col["samples/s"]])
+check(abs(number(r[col["samples/s incl. setup"]]) - hf_results["train_samples_per_second"]) <= 0.006,
+      "hf-trainer: samples/s incl. setup %s, all_results.json says %r" % (r[col["samples/s incl. setup"]], hf_results["train_samples_per_second"]))
+expect = hf_results["train_samples_per_second"] / results("r1-single")["train_samples_per_second"]
+check(r[col["speedup"]].endswith(MARK) and abs(number(r[col["speedup"]]) - expect) <= 0.0051,
+      "hf-trainer: speedup %s, expected %.4f%s (over train_runtime, marked)" % (r[col["speedup"]], expect, MARK))
+check(abs(float(r[col["EM"]]) - hf_results["eval_exact_match"]) <= 0.0051, "hf-trainer: EM %s, all_results.json says %r"
+      % (r[col["EM"]], hf_results["eval_exact_match"]))
+check(abs(float(r[col["F1"]]) - hf_results["eval_f1"]) <= 0.0051, "hf-trainer: F1 %s" % r[col["F1"]])
+check(r[col["validation loss"]] == DASH, "hf-trainer: validation loss %r, run_qa computes none" % r[col["validation loss"]])
+check(abs(float(r[col["epochs"]]) - hf_results["epoch"]) <= 0.0006, "hf-trainer: epochs %s" % r[col["epochs"]])
+
+# Lightning: metrics.csv's last validation and ThroughputMonitor's counters; hparams.yaml's devices.
+version = os.path.join(lightning, "version_0")
+lrows = list(csv.DictReader(open(os.path.join(version, "metrics.csv"))))
+def last(name):
+    return [float(x[name]) for x in lrows if x.get(name)][-1]
+r = row["lightning"]
+for column_name, key, tolerance in (("EM", "val_exact_match", 0.0051), ("F1", "val_f1", 0.0051),
+                                    ("validation loss", "val_loss", 0.00051)):
+    check(abs(float(r[col[column_name]]) - last(key)) <= tolerance,
+          "lightning: %s %s, metrics.csv's last %s is %r" % (column_name, r[col[column_name]], key, last(key)))
+check(abs(number(r[col["samples/s"]]) - last("train/samples") / last("train/time")) <= 0.006,
+      "lightning: samples/s %s, expected train/samples / train/time = %.3f" % (r[col["samples/s"]], last("train/samples") / last("train/time")))
+check(r[col["samples/s incl. setup"]] == DASH, "lightning: samples/s incl. setup %r" % r[col["samples/s incl. setup"]])
+check(MARK not in r[col["speedup"]], "lightning: speedup %r should be over the steps" % r[col["speedup"]])
+
+for needle in ("`hf-trainer` (HF Trainer): no samples/s over the steps", "`hf-trainer` (HF Trainer): no validation loss",
+               "`lightning` (Lightning): no samples/s incl. setup", "ranks 1 as stated with --ranks"):
+    check(needle in text, "the notes lack %r" % needle)
 
 md_path = os.path.join(out, "comparison.md")
 check(os.path.isfile(md_path), "comparison.md missing")
@@ -137,11 +178,42 @@ for png in ("loss.png", "scaling.png", "phases.png"):
     check(len(data) > 10 * 1024, "%s is only %d bytes" % (png, len(data)))
     check("](%s)" % png in md, "comparison.md does not link %s" % png)
 check("| r2-zero1 " in md or "| r2-zero1" in md, "comparison.md lacks the table")
+check("Not recorded" in md, "comparison.md lacks the notes on what sources do not record")
 if failures:
     print("\n".join("FAIL: " + f for f in failures)); sys.exit(1)
-print("table, speedups, plots and comparison.md: ok")
+print("table, sources, speedups, notes, plots and comparison.md: ok")
 EOF
 then dump; exit 1; fi
+
+step "mpibert's HF-named files, read as an HF Trainer output_dir, give the same figures"
+mkdir -p "$tmp/runs/as-hf"
+cp "$tmp/runs/r1-single/"{all_results.json,train_results.json,eval_results.json,trainer_state.json} "$tmp/runs/as-hf/"
+"$root/results/compare" "$tmp/runs/r1-single" "$tmp/runs/as-hf" --out "$tmp/report-as-hf" >"$tmp/as-hf.out" 2>&1 || {
+  cat "$tmp/as-hf.out"; echo "FAIL: results/compare on the HF-named copy"; exit 1; }
+"$py" - "$tmp/as-hf.out" <<'EOF' || { cat "$tmp/as-hf.out"; exit 1; }
+import sys
+rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in open(sys.argv[1]) if l.startswith("|")]
+header, body = rows[0], {r[0]: r for r in rows[2:]}
+ours, theirs = body["r1-single"], body["as-hf"]
+for name in ("samples/s incl. setup", "EM", "F1", "epochs", "training time"):
+    i = header.index(name)
+    if ours[i] != theirs[i]:
+        print("FAIL: %s: %r from results.json, %r from the HF-named files" % (name, ours[i], theirs[i])); sys.exit(1)
+if theirs[header.index("source")] != "HF Trainer":
+    print("FAIL: the copy was not read as an HF Trainer output_dir"); sys.exit(1)
+print("HF-named files: the same training time, samples/s, epochs, EM and F1 as results.json")
+EOF
+
+step "an HF output_dir without --ranks, and a --ranks that names no run"
+"$root/results/compare" "$hf" --out "$tmp/report3" >"$tmp/noranks.out" 2>&1 || { cat "$tmp/noranks.out"; echo "FAIL"; exit 1; }
+grep -qF "give --ranks hf-trainer=N" "$tmp/noranks.out" || { cat "$tmp/noranks.out"; echo "FAIL: no hint to give --ranks"; exit 1; }
+set +e
+"$root/results/compare" "$hf" --ranks "$tmp/nowhere=2" --out "$tmp/report3" >"$tmp/badranks.out" 2>&1
+rc=$?
+set -e
+if [ $rc -ne 1 ] || ! grep -qF "is not one of the runs given" "$tmp/badranks.out"; then
+  cat "$tmp/badranks.out"; echo "FAIL: --ranks naming no run: exit $rc, expected 1 with the reason"; exit 1
+fi
 
 step "a run directory without results.json"
 mkdir -p "$tmp/runs/broken"

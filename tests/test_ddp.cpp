@@ -172,7 +172,7 @@ TEST_F(DataParallelRun, TwoRankEvaluationWritesTheSamePredictionsAsOneRank) {
     EXPECT_EQ(read_file(out + "/nbest_predictions.json"), read_file(runs.file("one/nbest_predictions.json"))) << ranks;
     const auto metrics = nlohmann::json::parse(read_file(out + "/eval_results.json"));
     const auto reference = nlohmann::json::parse(read_file(runs.file("one/eval_results.json")));
-    EXPECT_EQ(metrics["f1"], reference["f1"]);
+    EXPECT_EQ(metrics["eval_f1"], reference["eval_f1"]);
     EXPECT_NEAR(metrics["eval_loss"].get<double>(), reference["eval_loss"].get<double>(), 1e-6);
     EXPECT_EQ(metrics["eval_ranks"], ranks);
   }

@@ -119,9 +119,13 @@ TEST(Postprocess, V2PredictsNoAnswerWhenTheNullScoreWins) {
   }
   EXPECT_GT(impossible, 0u);
   write_prediction_files(predictions, dir.file("out"), true);
+  // HF's files, and run_qa's names for them (links).
   EXPECT_EQ(test::TempDir::entries_of(dir.file("out")),
-            (std::vector<std::string>{"nbest_predictions.json", "null_odds.json", "predictions.json"}));
+            (std::vector<std::string>{"eval_nbest_predictions.json", "eval_null_odds.json", "eval_predictions.json",
+                                      "nbest_predictions.json", "null_odds.json", "predictions.json"}));
   EXPECT_EQ(nlohmann::json::parse(read_file(dir.file("out/predictions.json"))).size(), 200u);
+  for (const char* name : {"predictions.json", "nbest_predictions.json", "null_odds.json"})
+    EXPECT_EQ(read_file(dir.file(std::string("out/eval_") + name)), read_file(dir.file(std::string("out/") + name))) << name;
 }
 
 TEST(Postprocess, SpansRespectOrderAndMaximumLength) {

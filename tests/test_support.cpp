@@ -38,6 +38,7 @@ std::string fixtures_dir() {
   return from_env && *from_env ? from_env : MPIBERT_DEFAULT_FIXTURES;
 }
 std::string data_dir() { return MPIBERT_DATA_DIR; }
+std::string peer_runs_dir() { return MPIBERT_PEER_RUNS_DIR; }
 std::string vocab_path() { return data_dir() + "/bert-base-uncased/vocab.txt"; }
 std::string squad_v1_path() { return data_dir() + "/squad/dev-v1.1.json.gz"; }
 std::string squad_v2_path() { return data_dir() + "/squad/dev-v2.0.json.gz"; }

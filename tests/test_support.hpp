@@ -14,6 +14,8 @@ std::string data_dir();
 std::string vocab_path();
 std::string squad_v1_path();
 std::string squad_v2_path();
+// Output directories of the real HF Trainer and Lightning (tests/peer_runs, with their README).
+std::string peer_runs_dir();
 std::string bin_dir();
 std::string mpiexec();
 

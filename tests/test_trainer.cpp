@@ -2,8 +2,10 @@
 // that ends bit for bit where an uninterrupted one does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
@@ -101,14 +103,97 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   EXPECT_GE(results["best_eval_f1"].get<double>(), results["eval_f1"].get<double>());
 }
 
+// The keys of a JSON object, sorted.
+std::set<std::string> keys_of(const nlohmann::json& object) {
+  std::set<std::string> keys;
+  for (const auto& [key, value] : object.items()) keys.insert(key);
+  return keys;
+}
+
+bool contains_all(const std::set<std::string>& have, const std::set<std::string>& want) {
+  return std::includes(have.begin(), have.end(), want.begin(), want.end());
+}
+
+// The run directory carries HF Trainer's files where run_qa.py users look for them, with the keys
+// the real Trainer writes (tests/peer_runs/hf-trainer, made by transformers 4.57's Trainer).
+TEST_F(Trainer, RunDirectoryCarriesHfTrainersFilesAndNames) {
+  const std::string hf = test::peer_runs_dir() + "/hf-trainer";
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.logging_steps = 2;
+  o.eval_steps = 4;
+  o.save_steps = 3;
+  const nlohmann::json results = nlohmann::json::parse(train(o).dump());  // HF's files are unordered json
+  const int64_t steps = results["global_step"];
+
+  for (const char* name : {"all_results.json", "train_results.json", "eval_results.json"}) {
+    const auto ours = nlohmann::json::parse(read_file(run.file(name)));
+    const auto theirs = nlohmann::json::parse(read_file(hf + "/" + name));
+    EXPECT_TRUE(contains_all(keys_of(ours), keys_of(theirs))) << name << ": " << ours.dump() << "\nHF: " << theirs.dump();
+    for (const auto& [key, value] : ours.items()) EXPECT_EQ(value, results.at(key)) << name << " " << key;
+    EXPECT_EQ(read_file(run.file(name)), ours.dump(4) + "\n") << name << " is written as HF writes it (sorted, indent 4)";
+  }
+  const auto state = nlohmann::json::parse(read_file(run.file("trainer_state.json")));
+  const auto hf_state = nlohmann::json::parse(read_file(hf + "/trainer_state.json"));
+  EXPECT_EQ(keys_of(state), keys_of(hf_state));
+  EXPECT_EQ(state["global_step"], steps);
+  EXPECT_EQ(state["logging_steps"], 2);
+  EXPECT_EQ(state["train_batch_size"], 8);
+  EXPECT_EQ(state["best_metric"], results["best_eval_f1"]);
+  EXPECT_GT(state["total_flos"].get<double>(), 0.0);
+  EXPECT_EQ(state["total_flos"], results["total_flos"]);
+
+  // log_history: HF's entries, with HF's keys, and the loss averaged over each logging interval.
+  std::map<int64_t, double> step_losses;
+  for (const auto& line : test::read_lines(run.file("metrics.jsonl"))) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.contains("loss")) step_losses[record["step"]] = record["loss"];
+  }
+  const auto& hf_history = hf_state["log_history"];
+  const auto& history = state["log_history"];
+  int logged = 0, evaluations = 0;
+  for (const auto& entry : history) {
+    if (entry.contains("loss")) {
+      EXPECT_EQ(keys_of(entry), keys_of(hf_history.front())) << entry.dump();
+      const int64_t step = entry["step"];
+      EXPECT_EQ(step % 2, 0);
+      EXPECT_NEAR(entry["loss"].get<double>(), (step_losses[step - 1] + step_losses[step]) / 2, 5e-5) << step;
+      ++logged;
+    } else if (entry.contains("eval_f1")) {
+      auto want = keys_of(nlohmann::json::parse(read_file(hf + "/eval_results.json")));
+      want.erase("eval_samples");
+      want.insert("step");
+      EXPECT_TRUE(contains_all(keys_of(entry), want)) << entry.dump();
+      ++evaluations;
+    } else {
+      EXPECT_EQ(keys_of(entry), keys_of(hf_history.back())) << entry.dump();  // the training summary
+      EXPECT_EQ(entry["train_loss"], results["train_loss"]);
+    }
+  }
+  EXPECT_EQ(logged, steps / 2);
+  EXPECT_EQ(evaluations, steps / 4 + (steps % 4 != 0));
+  EXPECT_TRUE(history.back().contains("eval_f1")) << "the evaluation after training comes last";
+
+  // run_qa's prediction names lead to the files, and the run directory is the final model.
+  EXPECT_TRUE(fs::is_symlink(run.file("eval_predictions.json")));
+  EXPECT_EQ(read_file(run.file("eval_predictions.json")), read_file(run.file("predictions.json")));
+  EXPECT_EQ(read_file(run.file("eval_nbest_predictions.json")), read_file(run.file("nbest_predictions.json")));
+  const std::string final_checkpoint = run.file("checkpoint-" + std::to_string(steps));
+  for (const char* name : {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"})
+    EXPECT_EQ(read_file_bytes(run.file(name)), read_file_bytes(final_checkpoint + "/" + name)) << name;
+  EXPECT_NO_THROW(load_pretrained(run.path(), test::vocab_path()));  // `mpibert eval --model RUN` reads it
+}
+
 TEST_F(Trainer, ResumedRunEndsBitForBitWhereAnUninterruptedOneDoes) {
   test::TempDir straight, interrupted;
   TrainOptions o = options(straight.path());
   o.eval_dir.clear();
+  o.logging_steps = 2;
   const nlohmann::ordered_json full = train(o);
 
   TrainOptions first = options(interrupted.path());
   first.eval_dir.clear();
+  first.logging_steps = 2;
   first.stop_after_steps = 4;  // mid-epoch: 40 questions give 6 batches of 8 per epoch
   const nlohmann::ordered_json stopped = train(first);
   EXPECT_EQ(stopped["stopped_early"], true);
@@ -126,9 +211,17 @@ TEST_F(Trainer, ResumedRunEndsBitForBitWhereAnUninterruptedOneDoes) {
   ASSERT_EQ(a.tensors().size(), b.tensors().size());
   for (size_t i = 0; i < a.tensors().size(); ++i)
     EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
-  // The loss history is continuous too.
+  // The loss history is continuous too, and so is HF's log history (the timings of the summary aside).
   EXPECT_EQ(nlohmann::json::parse(read_file(straight.file(name + "/trainer_state.json")))["loss_history"],
             nlohmann::json::parse(read_file(interrupted.file(name + "/trainer_state.json")))["loss_history"]);
+  auto history = [](const std::string& run_dir) {
+    nlohmann::json entries = nlohmann::json::parse(read_file(run_dir + "/trainer_state.json"))["log_history"];
+    for (const char* timing : {"train_runtime", "train_samples_per_second", "train_steps_per_second"})
+      entries.back().erase(timing);
+    return entries;
+  };
+  EXPECT_EQ(history(straight.path()), history(interrupted.path()));
+  EXPECT_EQ(full["total_flos"], resumed["total_flos"]);
 }
 
 // The user's path: a config file for `mpibert train`, then `mpibert eval` and `mpibert predict` on
@@ -154,7 +247,7 @@ TEST_F(Trainer, CommandLineTrainEvalAndPredict) {
                                                     " --output-dir " + run.file("eval"));
   ASSERT_EQ(evaluated.exit_status, 0) << evaluated.output;
   const auto metrics = nlohmann::json::parse(read_file(run.file("eval/eval_results.json")));
-  EXPECT_DOUBLE_EQ(metrics["f1"].get<double>(), results["eval_f1"].get<double>());  // same model, same numbers
+  EXPECT_DOUBLE_EQ(metrics["eval_f1"].get<double>(), results["eval_f1"].get<double>());  // same model, same numbers
 
   const std::string context = "The Denver Broncos defeated the Carolina Panthers to win Super Bowl 50.";
   test::CommandResult predicted = test::run_command(mpibert + "predict --model " + checkpoint + " --context '" + context +

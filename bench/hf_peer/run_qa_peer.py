@@ -11,8 +11,9 @@ the question left-stripped, truncation="only_second", overflowing windows with d
 at the CLS token when the answer is not fully inside a window), padded to max_seq_length as run_qa
 does by default or dynamically (DataCollatorWithPadding, as run_qa with --pad_to_max_length False).
 The post-processing is utils_qa.postprocess_qa_predictions' (n-best start/end pairs, max answer
-length), scored with the official SQuAD v1.1 EM/F1. `train` writes results.json and metrics.jsonl
-in mpibert's layout, so results/compare reads both.
+length), scored with the official SQuAD v1.1 EM/F1. `train` leaves its output directory as run_qa.py
+does (Trainer.save_model, save_metrics("train"), save_state, then save_metrics("eval") and
+eval_predictions.json), which results/compare reads as it reads any HF Trainer run.
 """
 
 import argparse
@@ -20,7 +21,6 @@ import collections
 import gzip
 import json
 import os
-import platform
 import re
 import string
 import sys
@@ -176,20 +176,13 @@ class Features(torch.utils.data.Dataset):
 
 
 class StepClock(TrainerCallback):
-    """Wall time of each optimizer step's end, and the training log, for throughput and metrics.jsonl."""
+    """Wall time of each optimizer step's end, for throughput over the steps alone."""
 
     def __init__(self):
-        self.step_ends, self.logs = [], []
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
+        self.step_ends = []
 
     def on_step_end(self, args, state, control, **kwargs):
         self.step_ends.append(time.perf_counter())
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.logs.append(dict(logs, step=state.global_step, seconds=time.perf_counter() - self.start))
 
 
 class CountingCollator:
@@ -264,13 +257,6 @@ def cmd_throughput(args):
                       "group_by_length": args.group_by_length}))
 
 
-def environment():
-    return {"host": platform.node(), "world_size": 1, "devices": {"type": "cpu"},
-            "cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), None),
-            "cpus_online": os.cpu_count(), "torch_threads": torch.get_num_threads(), "libtorch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
-
-
 def evaluate(model, tokenizer, args):
     examples = load_squad(args.eval_file)
     features = prepare_validation_features(tokenizer, examples, args.max_seq_length, args.doc_stride,
@@ -287,8 +273,9 @@ def evaluate(model, tokenizer, args):
     start_logits, end_logits = output.predictions
     predictions = postprocess_predictions(examples, features, start_logits, end_logits)
     em, f1 = squad_v1_scores(examples, predictions)
+    steps = -(-len(features) // predictor.args.per_device_eval_batch_size)
     metrics = {"eval_exact_match": em, "eval_f1": f1, "eval_runtime": seconds, "eval_samples": len(features),
-               "eval_samples_per_second": len(features) / seconds}
+               "eval_samples_per_second": len(features) / seconds, "eval_steps_per_second": steps / seconds}
     return metrics, predictions
 
 
@@ -300,7 +287,8 @@ def write_json(path, value):
 
 
 def cmd_train(args):
-    """Fine-tunes --model (HF checkpoint, BertModel or QA) and evaluates: mpibert's run layout."""
+    """Fine-tunes --model (HF checkpoint, BertModel or QA) and evaluates, leaving --output-dir as run_qa.py
+    leaves its output_dir: the model, train/eval/all_results.json, trainer_state.json, eval_predictions.json."""
     set_threads(args.threads)
     os.makedirs(args.output_dir, exist_ok=True)
     tokenizer = make_tokenizer(args.vocab or os.path.join(args.model, "vocab.txt"))
@@ -308,36 +296,24 @@ def cmd_train(args):
                                       args.doc_stride, pad_to_max_length=args.padding == "full")
     transformers.set_seed(args.seed)
     model = BertForQuestionAnswering.from_pretrained(args.model)
-    clock = StepClock()
     trainer = Trainer(model=model, args=training_arguments(args, args.output_dir, args.max_steps, args.logging_steps),
                       train_dataset=Features(features, MODEL_INPUTS + LABELS),
-                      data_collator=make_collator(tokenizer, args.padding), callbacks=[clock])
+                      data_collator=make_collator(tokenizer, args.padding))
     train_output = trainer.train()
-    results = dict(train_output.metrics)
-    results.update(train_samples=len(features), global_step=train_output.global_step,
-                   train_step_seconds=clock.step_ends[-1] - clock.start)
-    results["train_step_samples_per_second"] = train_output.global_step * args.batch / results["train_step_seconds"]
-    trainer.save_model(os.path.join(args.output_dir, "model"))
+    # run_qa.py's order: the model, the train metrics and the state, then the evaluation's metrics.
+    trainer.save_model()
+    metrics = dict(train_output.metrics, train_samples=len(features))
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
     eval_metrics, predictions = evaluate(trainer.model, tokenizer, args)
-    results.update(eval_metrics)
-    results["parallel"] = {"world_size": 1, "strategy": "hf-trainer"}
-    results["environment"] = environment()
-    results["parameters"] = {"model": model.config.to_dict(), "model_path": args.model, "max_steps": args.max_steps,
-                             "batch_size": args.batch, "global_batch_size": args.batch,
-                             "learning_rate": args.learning_rate, "weight_decay": args.weight_decay,
-                             "warmup_ratio": args.warmup_ratio, "max_grad_norm": 1.0, "seed": args.seed,
-                             "padding": args.padding, "group_by_length": args.group_by_length,
-                             "max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride,
-                             "optim": trainer.args.optim.value}
-    write_json(os.path.join(args.output_dir, "predictions.json"), predictions)
-    with open(os.path.join(args.output_dir, "metrics.jsonl.tmp"), "w", encoding="utf-8") as f:
-        for log in clock.logs:
-            f.write(json.dumps(log) + "\n")
-    os.replace(os.path.join(args.output_dir, "metrics.jsonl.tmp"), os.path.join(args.output_dir, "metrics.jsonl"))
-    write_json(os.path.join(args.output_dir, "results.json"), results)
-    print("hf peer: EM %.2f F1 %.2f after %d steps in %.1f s; run directory %s"
-          % (results["eval_exact_match"], results["eval_f1"], train_output.global_step,
-             results["train_runtime"], args.output_dir))
+    trainer.log(eval_metrics)  # as run_qa's QuestionAnsweringTrainer.evaluate: adds the epoch
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)
+    write_json(os.path.join(args.output_dir, "eval_predictions.json"), predictions)
+    print("hf peer: EM %.2f F1 %.2f after %d steps in %.1f s; output_dir %s"
+          % (eval_metrics["eval_exact_match"], eval_metrics["eval_f1"], train_output.global_step,
+             metrics["train_runtime"], args.output_dir))
 
 
 def cmd_eval(args):

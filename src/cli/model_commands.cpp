@@ -163,12 +163,11 @@ int ModelCommands::Impl::run_eval() {
   model->to(select_device(device, local_rank()));
   EvalResult result = evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess);
   if (world_rank() != 0) return 0;
-  nlohmann::ordered_json metrics = result.metrics;
-  metrics["eval_loss"] = result.loss;
+  // run_qa's eval_results.json (HF's names, sorted keys), and the number of ranks that evaluated.
+  nlohmann::json metrics = eval_metrics_as_hf(result, world_size());
   metrics["eval_samples"] = result.samples;
-  metrics["eval_runtime"] = result.seconds;
   metrics["eval_ranks"] = world_size();
-  write_file_atomic(output_dir + "/eval_results.json", metrics.dump(2) + "\n");
+  write_file_atomic(output_dir + "/eval_results.json", metrics.dump(4) + "\n");
   std::cout << metrics.dump() << "\n";
   return 0;
 }

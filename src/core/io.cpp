@@ -127,4 +127,16 @@ void rename_file(const std::string& from, const std::string& to) {
 
 void remove_quietly(const std::string& path) noexcept { std::remove(path.c_str()); }
 
+void link_atomic(const std::string& target, const std::string& link_path) {
+  const std::string staging = temporary_path_for(link_path);
+  if (::symlink(target.c_str(), staging.c_str()) != 0)
+    throw InputError(describe(link_path, "", std::string("cannot create a link to ") + target + ": " + std::strerror(errno)));
+  try {
+    rename_file(staging, link_path);
+  } catch (...) {
+    remove_quietly(staging);
+    throw;
+  }
+}
+
 }  // namespace mpibert

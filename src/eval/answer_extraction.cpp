@@ -106,6 +106,10 @@ void write_prediction_files(const std::vector<ExamplePrediction>& predictions, c
   write_file_atomic(dir + "/predictions.json", answers.dump(4) + "\n");
   write_file_atomic(dir + "/nbest_predictions.json", nbest.dump(4) + "\n");
   if (version_2) write_file_atomic(dir + "/null_odds.json", null_odds.dump(4) + "\n");
+  // run_qa's names for the same files (its post-processing prefixes them with the stage, "eval").
+  link_atomic("predictions.json", dir + "/eval_predictions.json");
+  link_atomic("nbest_predictions.json", dir + "/eval_nbest_predictions.json");
+  if (version_2) link_atomic("null_odds.json", dir + "/eval_null_odds.json");
 }
 
 }  // namespace mpibert

@@ -111,6 +111,7 @@ EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, 
     result.metrics = nlohmann::ordered_json::parse(broadcast_string(result.metrics.dump(), 0, "the evaluation metrics"));
   result.loss = n ? logits.loss_sum / static_cast<double>(n) : 0.0;
   result.samples = n;
+  result.batches = batches;
   result.seconds = seconds_since(start);
   return result;
 }

@@ -328,4 +328,14 @@ int64_t count_parameters(const torch::nn::Module& module) {
   return total;
 }
 
+int64_t count_non_embedding_parameters(const torch::nn::Module& module) {
+  int64_t total = 0;
+  for (const auto& parameter : module.named_parameters()) {
+    const std::string& name = parameter.key();
+    const bool embedding_table = name.size() >= 18 && name.compare(name.size() - 18, 18, "_embeddings.weight") == 0;
+    if (!embedding_table) total += parameter.value().numel();
+  }
+  return total;
+}
+
 }  // namespace mpibert

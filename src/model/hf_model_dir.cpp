@@ -149,9 +149,8 @@ BertForQuestionAnswering load_pretrained(const std::string& model_dir, const std
   if (!fs::exists(weights)) {
     if (fs::exists(dir + "/pytorch_model.bin"))
       throw InputError(describe(dir + "/pytorch_model.bin", "",
-                                "mpibert reads safetensors only; convert it with: python3 -c \"import torch; "
-                                "from safetensors.torch import save_file; sd = torch.load('pytorch_model.bin', map_location='cpu'); "
-                                "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors', metadata={'format': 'pt'})\""));
+                                "mpibert reads model.safetensors only; convert it once, from mpibert's checkout: "
+                                ".venv/bin/python3 scripts/convert_pytorch_bin.py " + dir));
     throw InputError(describe(weights, "", "not found (expected an HF model directory: config.json + model.safetensors)"));
   }
   BertConfig config = BertConfig::load(dir + "/config.json");

@@ -90,10 +90,22 @@ std::vector<LoggedStep> RunLog::flush_steps() {
   return logged;
 }
 
+nlohmann::ordered_json eval_metrics_as_hf(const EvalResult& result, int world_size) {
+  nlohmann::ordered_json metrics;
+  for (const auto& [key, value] : result.metrics.items()) metrics["eval_" + key] = value;
+  metrics["eval_loss"] = result.loss;
+  metrics["eval_runtime"] = result.seconds;
+  metrics["eval_samples_per_second"] = static_cast<double>(result.samples) / result.seconds;
+  // HF counts the steps of one process: the batches split over the ranks.
+  const int64_t steps_per_rank = (result.batches + world_size - 1) / world_size;
+  metrics["eval_steps_per_second"] = static_cast<double>(steps_per_rank) / result.seconds;
+  return metrics;
+}
+
 void RunLog::add_evaluation(int64_t step, const EvalResult& result) {
   scalar("eval/loss", result.loss, step);
-  nlohmann::ordered_json line = {{"step", step}, {"eval_loss", result.loss}};
-  for (const auto& [key, value] : result.metrics.items()) line["eval_" + key] = value;
+  nlohmann::ordered_json line = {{"step", step}};
+  line.update(eval_metrics_as_hf(result, world_size_));
   write_metrics_line(line);
   for (const char* key : {"exact_match", "exact", "f1", "best_f1"})
     if (result.metrics.contains(key)) scalar(std::string("eval/") + key, result.metrics[key].get<double>(), step);

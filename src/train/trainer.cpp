@@ -17,6 +17,7 @@
 #include "mpibert/dist/host_collectives.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/optimizer.hpp"
+#include "mpibert/train/hf_run_files.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/stop_signals.hpp"
 #include "mpibert/train/training_checkpoint.hpp"
@@ -122,6 +123,7 @@ class Trainer {
   void save_checkpoint();
   nlohmann::ordered_json results(bool stopped_early, double train_runtime) const;
   nlohmann::ordered_json parallel_summary() const;
+  void write_hf_names(const nlohmann::ordered_json& results) const;
   CheckpointContext checkpoint_context() const;
 
   const TrainOptions& options_;
@@ -134,6 +136,7 @@ class Trainer {
   TrainerState state_;
   std::optional<DistributedSampler> sampler_;
   int64_t steps_per_epoch_ = 1, total_steps_ = 0, warmup_ = 0, resumed_from_step_ = 0;
+  double flops_per_token_ = 0;  // HF's estimate: 6 x the parameters outside the embedding tables
   std::optional<LinearSchedule> schedule_;
   std::shared_ptr<Communicator> communicator_;
   std::unique_ptr<DataParallel> parallel_;
@@ -224,6 +227,7 @@ void Trainer::set_up_parallel() {
                  state_.micro_batches_done);
   }
   parallel_->broadcast_parameters();
+  flops_per_token_ = 6.0 * static_cast<double>(count_non_embedding_parameters(*model()));
   state_.world_size = ranks_.size;
   state_.strategy = checkpoint_context().strategy;
   resumed_from_step_ = state_.global_step;
@@ -261,12 +265,15 @@ nlohmann::ordered_json Trainer::run() {
       state_.micro_batches_done = 0;
     }
   }
-  const double train_runtime = seconds_since(run_start_);  // as HF: periodic evaluations included, the final one not
+  // As HF's: from the first step (setup before it not counted), periodic evaluations and
+  // checkpoints included, the final evaluation not.
+  const double train_runtime = seconds_since(loop_start_);
   if (!options_.eval_dir.empty() && !stopped_early && last_eval_step_ != state_.global_step) run_evaluation();
   if (!stopped_early) save_checkpoint();
   log_->flush_tensorboard();
   const nlohmann::ordered_json record = results(stopped_early, train_runtime);
   log_->write_results(record);
+  if (ranks_.root() && !stopped_early) write_hf_names(record);
   return record;
 }
 
@@ -293,6 +300,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
     });
     step.losses.push_back(loss.detach());
     step.samples += static_cast<double>(batch.feature_indices.size());
+    step.tokens += static_cast<double>(batch.input_ids.numel());
   }
   timed(phases_.gradient_sync, "mpibert::gradient_sync", [&] { parallel_->finish_gradient_sync(); });
   step.grad_norm = timed(phases_.optimizer, "mpibert::optimizer", [&] {
@@ -310,10 +318,11 @@ bool Trainer::finish_step(StepRecord step, const StopSignals& signals) {
   ++steps_this_run_;
   // One small host all-reduce a step: the samples, and whether a rank was asked to stop (signals
   // reach ranks at different moments; all stop at the same step).
-  std::vector<double> totals = {step.samples, signals.received() != 0 ? 1.0 : 0.0};
+  std::vector<double> totals = {step.samples, step.tokens, signals.received() != 0 ? 1.0 : 0.0};
   if (ranks_.size > 1) totals = sum_over_ranks(std::move(totals), "the step's sample count");
   step.samples = totals[0];
-  stop_requested_ = totals[1] > 0;
+  state_.total_flos += flops_per_token_ * totals[1];
+  stop_requested_ = totals[2] > 0;
   const int64_t s = state_.global_step;
   const bool last = s == total_steps_;
   const bool stop = !last && (stop_requested_ || (options_.stop_after_steps > 0 && steps_this_run_ == options_.stop_after_steps));
@@ -389,16 +398,15 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
       {"train_step_samples_per_second", step_seconds_ > 0 ? samples_this_run_ / step_seconds_ : 0.0},
       {"train_loss", state_.loss_history.empty() ? 0.0 : loss_sum / static_cast<double>(state_.loss_history.size())},
       {"epoch", static_cast<double>(state_.global_step) / static_cast<double>(steps_per_epoch_)},
+      {"total_flos", state_.total_flos},
   };
   if (last_eval_ && !stopped_early) {
-    for (const auto& [key, value] : last_eval_->metrics.items()) results["eval_" + key] = value;
-    results["eval_loss"] = last_eval_->loss;
-    results["eval_runtime"] = last_eval_->seconds;
+    results.update(eval_metrics_as_hf(*last_eval_, ranks_.size));
     results["eval_samples"] = last_eval_->samples;
-    results["eval_samples_per_second"] = static_cast<double>(last_eval_->samples) / last_eval_->seconds;
     results["best_eval_f1"] = *state_.best_metric;
     results["best_step"] = state_.best_step;
   }
+  results["setup_seconds"] = std::chrono::duration<double>(loop_start_ - run_start_).count();  // model, data, ranks
   results["stopped_early"] = stopped_early;
   results["preempted"] = stop_requested_ && stopped_early;
   results["global_step"] = state_.global_step;
@@ -451,6 +459,30 @@ nlohmann::ordered_json Trainer::parallel_summary() const {
           {"hidden_transfer_fraction", job.hidden_fraction()},
           {"wait_after_backward_seconds_mean", job.exposed_seconds / ranks_.size},
           {"optimizer_state_bytes_per_rank", parallel_->optimizer_state_bytes()}};
+}
+
+// HF Trainer's files for what the run wrote (hf_run_files.hpp): its results and log history,
+// and the final model at the top of the run directory. (The prediction files get run_qa's names
+// where they are written: answer_extraction.hpp.)
+void Trainer::write_hf_names(const nlohmann::ordered_json& results) const {
+  HfTrainerState hf;
+  hf.epoch = results["epoch"];
+  hf.global_step = state_.global_step;
+  hf.max_steps = total_steps_;
+  hf.num_train_epochs = (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
+  hf.logging_steps = options_.logging_steps;
+  hf.eval_steps = options_.eval_steps;
+  hf.save_steps = options_.save_steps;
+  hf.train_batch_size = options_.batch_size;
+  hf.total_flos = state_.total_flos;
+  hf.best_metric = state_.best_metric;
+  hf.best_global_step = state_.best_step;
+  const std::string best_checkpoint = options_.output_dir + "/checkpoint-" + std::to_string(state_.best_step);
+  if (state_.best_metric && fs::exists(best_checkpoint)) hf.best_model_checkpoint = best_checkpoint;
+  const nlohmann::json history =
+      hf_log_history(options_.output_dir + "/metrics.jsonl", options_.logging_steps, steps_per_epoch_, state_.global_step, results);
+  write_hf_run_files(options_.output_dir, results, hf, history);
+  publish_final_model(options_.output_dir, options_.output_dir + "/checkpoint-" + std::to_string(state_.global_step));
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
           {"best_metric", best_metric ? nlohmann::ordered_json(*best_metric) : nlohmann::ordered_json()},
           {"best_metric_name", "eval_f1"},
           {"best_step", best_step},
+          {"total_flos", total_flos},
           {"model_config", config.to_json()},
           {"loss_history", history}};
 }
@@ -150,6 +151,7 @@ TrainerState load_training_checkpoint_model(const std::string& dir, const Checkp
   for (const auto& entry : json.at("loss_history")) state.loss_history.emplace_back(entry.at("step"), entry.at("loss"));
   if (json.contains("best_metric") && !json["best_metric"].is_null()) state.best_metric = json["best_metric"].get<double>();
   state.best_step = json.value("best_step", int64_t{-1});
+  state.total_flos = json.value("total_flos", 0.0);
   return state;
 }
 

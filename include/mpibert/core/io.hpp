@@ -32,6 +32,10 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // rename(2) with an InputError on failure.
 void rename_file(const std::string& from, const std::string& to);
 
+// Makes `link_path` a symbolic link to `target` (relative to the link's folder), replacing what
+// was there atomically; an InputError names `link_path` on failure.
+void link_atomic(const std::string& target, const std::string& link_path);
+
 // Removes a file if it exists; never throws.
 void remove_quietly(const std::string& path) noexcept;
 

@@ -41,7 +41,9 @@ std::vector<ExamplePrediction> postprocess_qa_predictions(const FeatureStore& st
                                                           const std::vector<std::vector<float>>& end_logits,
                                                           const PostprocessOptions& options);
 
-// predictions.json, nbest_predictions.json and, for v2, null_odds.json, as HF writes them.
+// predictions.json, nbest_predictions.json and, for v2, null_odds.json, as HF writes them; and
+// links to them under run_qa's names (eval_predictions.json, eval_nbest_predictions.json,
+// eval_null_odds.json).
 void write_prediction_files(const std::vector<ExamplePrediction>& predictions, const std::string& dir, bool version_2);
 
 }  // namespace mpibert

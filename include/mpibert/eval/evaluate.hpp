@@ -16,6 +16,7 @@ struct EvalResult {
   nlohmann::ordered_json metrics;  // the official scorer's keys
   double loss = 0;
   int64_t samples = 0;
+  int64_t batches = 0;  // over all ranks
   double seconds = 0;
 };
 

@@ -160,5 +160,8 @@ torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const t
                                       const torch::Tensor& start_positions, const torch::Tensor& end_positions);
 
 int64_t count_parameters(const torch::nn::Module& module);
+// Without the word, position and token-type embedding tables: HF's
+// num_parameters(exclude_embeddings=True), which its FLOP estimate (6 x this x tokens) uses.
+int64_t count_non_embedding_parameters(const torch::nn::Module& module);
 
 }  // namespace mpibert

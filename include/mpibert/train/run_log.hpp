@@ -28,6 +28,7 @@ struct StepRecord {
   torch::Tensor grad_norm;            // before clipping; on the device
   double learning_rate = 0;
   double samples = 0;                 // this step's, over all ranks
+  double tokens = 0;                  // padded tokens this step (this rank's, then summed over ranks)
   double seconds = 0;                 // since the run started, when the step ended
 };
 
@@ -68,6 +69,10 @@ class RunLog {
   };
   std::vector<Pending> pending_;
 };
+
+// An evaluation's metrics under HF's names: eval_<scorer key>, eval_loss, eval_runtime,
+// eval_samples_per_second and eval_steps_per_second (one rank's share of the batches, as HF counts).
+nlohmann::ordered_json eval_metrics_as_hf(const EvalResult& result, int world_size);
 
 // results.json's "environment": host, ranks, devices (device.hpp), CPU, LibTorch, MPI, HDF5 and
 // NCCL versions, SLURM job, git commit.

@@ -23,6 +23,7 @@ struct TrainerState {
   std::vector<std::pair<int64_t, double>> loss_history;
   std::optional<double> best_metric;  // best eval F1 so far
   int64_t best_step = -1;
+  double total_flos = 0;  // HF's estimate of the training FLOPs so far (all ranks)
   int world_size = 1;
   std::string strategy = "ddp";
 
