@@ -8,7 +8,8 @@
 # scripts/install-deps.sh adds.
 #
 # Defines mpibert_torch_libraries (headers, libraries) and, for a CUDA wheel, mpibert_cudart; sets
-# MPIBERT_TORCH_CUDA and TORCH_INSTALL_PREFIX (the torch package folder) in the caller's scope.
+# MPIBERT_TORCH_CUDA, TORCH_INSTALL_PREFIX (the torch package folder) and, for a CUDA wheel,
+# CMAKE_BUILD_RPATH (the wheel's library folders, first) in the caller's scope.
 #
 # Compile definitions: the wheel's config also defines USE_DISTRIBUTED, USE_C10D_* and USE_RPC for
 # its consumers; they gate only the c10d/RPC headers, which mpibert does not include.
@@ -80,6 +81,10 @@ function(mpibert_import_libtorch_wheel python)
     # LibTorch's CUDA headers (c10/cuda, ATen/cuda) include the runtime's.
     target_include_directories(mpibert_torch_libraries SYSTEM INTERFACE "${MPIBERT_CUDART_INCLUDE_DIR}")
     set(MPIBERT_TORCH_CUDA ON PARENT_SCOPE)
+    # The wheel's library folders first on every program's RUNPATH, ahead of those of MPI or HDF5:
+    # a folder beside a CUDA toolkit must not supply another CUDA runtime (check_runpath.py checks).
+    get_filename_component(cudart_dir "${MPIBERT_CUDART_LIBRARY}" DIRECTORY)
+    set(CMAKE_BUILD_RPATH "${torch_root}/lib;${cudart_dir};${site_packages}/nvidia/nccl/lib" PARENT_SCOPE)
     message(STATUS "mpibert: LibTorch ${torch_version} from the wheel in ${torch_root}, CUDA ${cuda_version} runtime from ${MPIBERT_CUDART_LIBRARY} (no CUDA toolkit needed)")
   else()
     message(STATUS "mpibert: LibTorch ${torch_version} from the wheel in ${torch_root}, without CUDA")

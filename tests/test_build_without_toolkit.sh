@@ -2,7 +2,8 @@
 # A machine without a CUDA toolkit (a CPU box, or a cluster login node before `module load cuda`)
 # builds mpibert from the PyTorch wheel alone, with its CUDA and NCCL code: the toolkit is hidden
 # in a private mount namespace (a tmpfs over each /usr/local/cuda-*), then a fresh build directory
-# is configured and mpibert and mpibert-prep are built and run there. Also: a LibTorch named with
+# is configured and mpibert and mpibert-prep are built and run there, and their libraries resolve
+# (scripts/check_runpath.py: the CUDA ones from the wheel's folders). Also: a LibTorch named with
 # -DTorch_DIR still goes through its own CMake config, with the toolkit visible.
 # Registered in ctest as build.without_cuda_toolkit; needs root for the mount namespace (exit 77,
 # ctest's skip, without it). About 2 minutes on 2 cores.
@@ -35,6 +36,10 @@ cmake --build "$work/build" -j "$(nproc)" --target mpibert mpibert-prep > "$work
   || { tail -40 "$work/build.log"; exit 1; }
 "$work/build/bin/mpibert" env > "$work/env.json"
 "$work/build/bin/mpibert-prep" --help > /dev/null
+# With the toolkit hidden, every library resolves, and the CUDA ones from the wheel's folders.
+for program in mpibert mpibert-prep; do
+  /usr/bin/python3 "$root/scripts/check_runpath.py" "$work/build/bin/$program"
+done
 INSIDE
 unshare --mount --propagation private bash "$work/inside.sh" "$root" "$work" "$python" \
   || fail "the build without a CUDA toolkit failed (above)"

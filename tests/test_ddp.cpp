@@ -275,6 +275,57 @@ TEST_F(DataParallelRun, AFailingRankEndsTheWholeJobWithItsMessage) {
   EXPECT_FALSE(fs::exists(runs.file("run/results.json")));
 }
 
+// A failure with gradient buckets in flight (an out-of-memory in backward, say): the failing
+// rank leaves its communicator without waiting on its peers and ends the job with its own
+// message, long before the collective timeout would blame a stuck rank.
+TEST_F(DataParallelRun, AFailureWithCollectivesInFlightEndsTheJobPromptlyWithItsMessage) {
+  for (const char* strategy : {"ddp", "zero1"}) {
+    test::TempDir runs;
+    const auto start = Clock::now();
+    auto result = train(2, runs.file("run"), std::string("--batch-size 4 --max-steps 20 --collective-timeout 60 --strategy ") + strategy,
+                        "MPIBERT_INJECT_FAILURE=1:2:backward");
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_NE(result.exit_status, 0) << strategy;
+    EXPECT_NE(result.output.find("[rank 1] [error] injected failure at step 2 after backward"), std::string::npos)
+        << strategy << "\n" << result.output;
+    EXPECT_EQ(result.output.find("collective timed out"), std::string::npos) << strategy << "\n" << result.output;
+    EXPECT_LT(seconds, 30.0) << strategy << "\n" << result.output;
+    EXPECT_FALSE(fs::exists(runs.file("run/results.json"))) << strategy;
+  }
+}
+
+// Ranks that resolved different kinds of device (one rank's --device auto fell back to the CPU,
+// here injected as a rank claiming a GPU) are refused before any collective on tensors, rank 0
+// naming every rank's device.
+TEST_F(DataParallelRun, RanksOnDifferentKindsOfDeviceAreRefusedBeforeAnyCollective) {
+  test::TempDir runs;
+  const auto start = Clock::now();
+  auto result = train(2, runs.file("run"), "--batch-size 4 --max-steps 4", "MPIBERT_INJECT_DEVICE=1:cuda:0");
+  EXPECT_NE(result.exit_status, 0);
+  EXPECT_NE(result.output.find("[rank 0] [error] --device: auto: the ranks resolved different kinds of device: cpu on " +
+                               host_name() + " (rank 0), cuda:0 on " + host_name() + " (rank 1)"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("[rank 1] [error]"), std::string::npos) << "rank 0 alone reports it\n" << result.output;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 30.0) << result.output;
+  EXPECT_FALSE(fs::exists(runs.file("run/results.json")));
+}
+
+// Two ranks on one GPU (injected: both claim cuda:0 of this host): --comm nccl is refused naming
+// them, --comm auto reduces through MPI with a warning.
+TEST_F(DataParallelRun, RanksSharingAGpuAreRefusedByNcclAndReducedThroughMpiUnderAuto) {
+  test::TempDir runs;
+  const std::string both_on_gpu0 = "MPIBERT_INJECT_DEVICE=0:cuda:0,1:cuda:0";
+  auto nccl = train(2, runs.file("nccl"), "--batch-size 4 --max-steps 2 --comm nccl", both_on_gpu0);
+  EXPECT_NE(nccl.exit_status, 0);
+  EXPECT_NE(nccl.output.find("--comm: nccl: ranks 0 and 1 share cuda:0 on " + host_name()), std::string::npos) << nccl.output;
+  auto automatic = train(2, runs.file("auto"), "--batch-size 4 --max-steps 2", both_on_gpu0);
+  ASSERT_EQ(automatic.exit_status, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find("[warning] --comm auto: ranks 0 and 1 share cuda:0 on " + host_name()), std::string::npos)
+      << automatic.output;
+  EXPECT_EQ(nlohmann::json::parse(read_file(runs.file("auto/results.json")))["parallel"]["communication"], "mpi");
+}
+
 TEST_F(DataParallelRun, AHungRankIsReportedByTheCollectiveTimeout) {
   test::TempDir runs;
   const auto start = Clock::now();

@@ -137,14 +137,14 @@ void expect_one_rank_round_trip(Communicator& comm, const torch::Device& device)
 TEST(GpuCommunicator, NcclOneRankRoundTripIsExact) {
   SKIP_WITHOUT_GPU();
   ASSERT_TRUE(nccl_available()) << "a CUDA build without the NCCL backend";
-  auto comm = make_communicator("auto", torch::Device(torch::kCUDA, 0), 60);
+  auto comm = make_communicator("cuda", "auto", torch::Device(torch::kCUDA, 0), 60);
   EXPECT_EQ(comm->backend(), "nccl");
   expect_one_rank_round_trip(*comm, torch::Device(torch::kCUDA, 0));
 }
 
 TEST(GpuCommunicator, MpiStagesCudaTensorsThroughTheHost) {
   SKIP_WITHOUT_GPU();
-  auto comm = make_communicator("mpi", torch::Device(torch::kCUDA, 0), 60);
+  auto comm = make_communicator("cuda", "mpi", torch::Device(torch::kCUDA, 0), 60);
   EXPECT_EQ(comm->backend(), "mpi");
   expect_one_rank_round_trip(*comm, torch::Device(torch::kCUDA, 0));
 }

@@ -149,6 +149,8 @@ int ModelCommands::run() {
   } catch (const PeerFailure& e) {
     spdlog::debug("{}", e.what());  // the failing rank printed the error
     return 1;
+  } catch (const ReportedFailure&) {
+    abort_job(1);  // logged where it happened; other ranks may be inside a collective
   } catch (const std::exception& e) {
     if (mpi.size() == 1) throw;
     // Other ranks may be inside a collective: end the whole job now, with this rank's message.

@@ -1,6 +1,9 @@
 #include "mpibert/data/batching.hpp"
 
+#include <c10/core/DeviceGuard.h>
+
 #include <algorithm>
+#include <optional>
 
 namespace mpibert {
 
@@ -69,6 +72,9 @@ void BatchLoader::start(int64_t micro_batch) {
   std::vector<int64_t> indices(first, first + std::min<int64_t>(batch_size_, static_cast<int64_t>(order_.size()) - micro_batch * batch_size_));
   const bool pin = device_.is_cuda();
   pending_ = std::async(std::launch::async, [this, indices = std::move(indices), pin] {
+    // Pinned memory belongs to the thread's current CUDA device: this rank's, not device 0 (where
+    // every rank of the node would otherwise open a context).
+    c10::OptionalDeviceGuard guard(pin ? std::optional<c10::Device>(device_) : std::nullopt);
     return make_batch(store_, indices, padding_, 0, pin);
   });
 }

@@ -1,18 +1,29 @@
-// --comm: which Communicator a run uses for its device.
+// --comm: which Communicator a run uses, from where every rank computes (placement.hpp).
 #include "mpibert/dist/communicator.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include "mpibert/core/error.hpp"
+#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/dist/placement.hpp"
 
 namespace mpibert {
 
-std::unique_ptr<Communicator> make_communicator(const std::string& choice, const torch::Device& device, double timeout_seconds) {
-  if (choice != "auto" && choice != "mpi" && choice != "nccl")
-    throw InputError(describe("--comm", choice, "unknown communicator (auto, mpi, nccl)"));
-  const bool nccl = choice == "nccl" || (choice == "auto" && device.is_cuda() && nccl_available());
-  if (!nccl) return make_mpi_communicator(timeout_seconds);
-  if (!device.is_cuda()) throw InputError(describe("--comm", choice, "NCCL reduces CUDA tensors: use --device cuda, or --comm mpi"));
-  if (!nccl_available()) throw InputError(describe("--comm", choice, "this mpibert was built without NCCL (its LibTorch has no CUDA)"));
-  return make_nccl_communicator(device.index(), timeout_seconds);
+std::unique_ptr<Communicator> make_communicator(const std::string& device_option, const std::string& comm_option,
+                                                const torch::Device& device, double timeout_seconds) {
+  BackendChoice choice;
+  try {
+    const std::vector<RankPlacement> placements = gather_placements(device);
+    require_one_device_type(placements, device_option);
+    choice = choose_backend(comm_option, placements, nccl_available());
+  } catch (const InputError&) {
+    // Every rank reached the same conclusion from the same list: rank 0 alone reports it.
+    if (world_rank() != 0) throw PeerFailure("the ranks' devices do not fit together (rank 0 reports why)");
+    throw;
+  }
+  if (!choice.warning.empty() && world_rank() == 0) spdlog::warn("--comm {}: {}", comm_option, choice.warning);
+  if (choice.backend == "nccl") return make_nccl_communicator(device.index(), timeout_seconds);
+  return make_mpi_communicator(timeout_seconds);
 }
 
 }  // namespace mpibert

@@ -115,15 +115,18 @@ class MpiCommunicator : public Communicator {
   }
 
   ~MpiCommunicator() override {
+    const bool abandon = teardown() == Teardown::kAbandon;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
+      abandoning_ = abandon;
     }
     queue_changed_.notify_all();
     watchdog_wake_.notify_all();
     worker_.join();
     watchdog_.join();
-    MPI_Comm_free(&comm_);
+    // MPI_Comm_free with an abandoned operation pending would wait for it: the process is ending.
+    if (!abandon) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -220,7 +223,7 @@ class MpiCommunicator : public Communicator {
       {
         std::unique_lock<std::mutex> lock(mutex_);
         queue_changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
+        if (queue_.empty() || abandoning_) return;
         operation = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -229,7 +232,7 @@ class MpiCommunicator : public Communicator {
         in_flight_ = operation.what;
         in_flight_since_ = Clock::now();
       }
-      wait_for_every_rank();
+      if (!wait_for_every_rank()) return;  // abandoned
       const auto start = Clock::now();
       try {
         operation.run();
@@ -253,12 +256,17 @@ class MpiCommunicator : public Communicator {
   // while they wait for peers; on CPU that spinning takes cores from backward, which still runs
   // while early buckets wait for the other ranks. Once all are there, the transfer itself spins
   // briefly at full speed.
-  void wait_for_every_rank() {
+  // Returns false, leaving the barrier pending, when the communicator is abandoned meanwhile.
+  bool wait_for_every_rank() {
     MPI_Request request;
     MPI_Ibarrier(comm_, &request);
-    for (int done = 0;;) {
+    for (int done = 0, polls = 0;; ++polls) {
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (done) return;
+      if (done) return true;
+      if (polls % 256 == 0) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (abandoning_) return false;
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -281,6 +289,7 @@ class MpiCommunicator : public Communicator {
   std::condition_variable queue_changed_, watchdog_wake_;
   std::deque<Operation> queue_;
   bool stopping_ = false;
+  bool abandoning_ = false;  // left by an exception: queued and waiting operations are dropped
   CommunicatorStats stats_;
   std::string in_flight_;  // empty: nothing
   Clock::time_point in_flight_since_;

@@ -15,11 +15,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "mpi_wait.hpp"
@@ -100,27 +102,44 @@ class NcclCommunicator : public Communicator {
         stream_(c10::cuda::getStreamFromPool(false, device_)) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    if (timeout_seconds > 0) set_collective_timeout(timeout_seconds);  // as the MPI backend does
     c10::cuda::CUDAGuard guard(device_);
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", "communicator setup");
     MPI_Request request;  // within the collective timeout, should rank 0 fail before sending
     MPI_Ibcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD, &request);
     wait_for(request, "the NCCL unique id from rank 0");
-    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", "communicator setup");
+    // Non-blocking, so that start-up too ends at the collective timeout: a rank that never
+    // connects (dead, or bootstrapping on an interface the others cannot reach) is reported
+    // rather than holding every rank until the job's time limit.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t started = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    check_nccl(settle(started, "NCCL start-up (every rank connecting to its peers; NCCL_SOCKET_IFNAME picks the interface)"),
+               "ncclCommInitRankConfig", "communicator setup");
     watchdog_ = std::thread([this] { run_watchdog(); });
   }
 
   ~NcclCommunicator() override {
+    const Teardown how = teardown();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
     in_flight_changed_.notify_all();
     watchdog_.join();
-    // Waits for operations still on the device; a destructor must not throw, so only log.
-    const ncclResult_t result = ncclCommDestroy(comm_);
-    if (result != ncclSuccess) spdlog::error("ncclCommDestroy failed: {}", ncclGetErrorString(result));
+    if (aborted_) return;  // the watchdog's thread is gone: nothing else calls into NCCL now
+    // Finishing waits for the operations still on the device, which the other ranks of the node
+    // must take part in; leaving on an error, they may never do: abort instead. A destructor must
+    // not throw, so only log.
+    ncclResult_t result = ncclSuccess;
+    if (how == Teardown::kAbandon) {
+      result = ncclCommAbort(comm_);
+    } else {
+      result = settle(ncclCommFinalize(comm_), "the NCCL communicator's last operations (finalize)");
+      if (result == ncclSuccess) result = ncclCommDestroy(comm_);
+    }
+    if (result != ncclSuccess && result != ncclInProgress)
+      spdlog::error("ending the NCCL communicator failed: {}", ncclGetErrorString(result));
   }
 
   int rank() const override { return rank_; }
@@ -181,8 +200,23 @@ class NcclCommunicator : public Communicator {
     std::string what;
     int64_t bytes;
     Event start, end;
-    Clock::time_point issued;
   };
+
+  // On a non-blocking communicator a call may return ncclInProgress while NCCL still works on it
+  // (connecting, enqueueing): its state is polled until it settles, within the collective timeout.
+  ncclResult_t settle(ncclResult_t result, const std::string& what) {
+    const auto since = Clock::now();
+    while (result == ncclInProgress) {
+      const double waited = seconds_since(since);
+      if (timeout_ > 0 && waited > timeout_) {
+        abort_communicator();
+        report_collective_timeout(what, waited, timeout_);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ncclCommGetAsyncError(comm_, &result);
+    }
+    return result;
+  }
 
   void require_cuda_contiguous(const torch::Tensor& tensor, const char* role) const {
     if (!tensor.is_cuda() || tensor.get_device() != device_ || !tensor.is_contiguous())
@@ -192,7 +226,8 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> launch(const char* call, const std::string& what, int64_t bytes, std::initializer_list<torch::Tensor> tensors,
                                const std::function<ncclResult_t(cudaStream_t)>& issue) {
-    std::lock_guard<std::mutex> issuing(issue_mutex_);  // NCCL calls on one comm must not interleave
+    std::lock_guard<std::timed_mutex> issuing(issue_mutex_);  // NCCL calls on one comm must not interleave
+    if (aborted_) throw PeerFailure("the NCCL communicator was aborted (its error is logged above)");
     c10::cuda::CUDAGuard guard(device_);
     // The tensors were written on the caller's stream: the NCCL stream starts after that.
     at::cuda::CUDAEvent ready;
@@ -203,20 +238,23 @@ class NcclCommunicator : public Communicator {
     auto start = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);  // with timing, for stats
     auto end = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
     start->record(stream_);
-    check_nccl(issue(stream_.stream()), call, what);
+    check_nccl(settle(issue(stream_.stream()), what), call, what);
     end->record(stream_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      in_flight_.push_back({what, bytes, start, end, Clock::now()});
+      in_flight_.push_back({what, bytes, start, end});
     }
     in_flight_changed_.notify_one();
     return std::make_shared<NcclWork>(start, end, device_);
   }
 
-  // Operations finish in stream order, so only the oldest one needs polling.
+  // Operations finish in stream order, so only the oldest one needs polling. Its clock starts
+  // when it starts on the NCCL stream (its start event completed), not when the host queued it:
+  // queued behind a long backward, it is not late.
   void run_watchdog() {
     c10::cuda::CUDAGuard guard(device_);  // event calls from this thread use the right context
     std::unique_lock<std::mutex> lock(mutex_);
+    std::optional<Clock::time_point> oldest_started;
     for (;;) {
       in_flight_changed_.wait(lock, [&] { return stopping_ || !in_flight_.empty(); });
       if (stopping_) return;
@@ -225,6 +263,7 @@ class NcclCommunicator : public Communicator {
       bool done = false;
       float milliseconds = 0;
       try {
+        if (!oldest_started && oldest.start->query()) oldest_started = Clock::now();
         done = oldest.end->query();
         if (done) milliseconds = oldest.start->elapsed_time(*oldest.end);
       } catch (const std::exception& error) {  // a CUDA error here would otherwise terminate
@@ -232,17 +271,17 @@ class NcclCommunicator : public Communicator {
       }
       ncclResult_t async_error = ncclSuccess;
       if (!done) ncclCommGetAsyncError(comm_, &async_error);
-      const double waited = seconds_since(oldest.issued);
-      if (async_error != ncclSuccess) {
+      if (async_error != ncclSuccess && async_error != ncclInProgress)
         fail(fmt::format("NCCL error on rank {} while waiting for {}: {}", rank_, oldest.what, ncclGetErrorString(async_error)));
-      } else if (!done && timeout_ > 0 && waited > timeout_) {
-        fail(fmt::format("collective timed out after {:.0f} s on rank {} while waiting for {}; another rank is stuck or has "
-                         "died: ending the job",
-                         waited, rank_, oldest.what));
+      const double waited = oldest_started ? seconds_since(*oldest_started) : 0.0;
+      if (!done && timeout_ > 0 && waited > timeout_) {
+        abort_communicator();  // first: the report's probes take seconds
+        report_collective_timeout(oldest.what, waited, timeout_);
       }
       lock.lock();
       if (done) {
         in_flight_.pop_front();
+        oldest_started.reset();
         stats_.busy_seconds += milliseconds / 1000.0;
         stats_.operations += 1;
         stats_.bytes += oldest.bytes;
@@ -255,8 +294,17 @@ class NcclCommunicator : public Communicator {
   [[noreturn]] void fail(const std::string& message) {
     spdlog::error("{}", message);  // first, in case the abort hangs
     spdlog::default_logger()->flush();
-    ncclCommAbort(comm_);
+    abort_communicator();
     abort_job(1);
+  }
+
+  // Once aborted, no thread calls into the communicator again (launch() refuses). A caller stuck
+  // inside an NCCL call (connecting to a peer that never comes) holds issue_mutex_: after a
+  // second the abort goes ahead without it, which is what returns that call with an error.
+  void abort_communicator() {
+    if (aborted_.exchange(true)) return;
+    std::unique_lock<std::timed_mutex> issuing(issue_mutex_, std::chrono::seconds(1));
+    ncclCommAbort(comm_);
   }
 
   c10::DeviceIndex device_;
@@ -264,7 +312,8 @@ class NcclCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;
   c10::cuda::CUDAStream stream_;  // NCCL's own: collectives overlap the caller's compute
-  std::mutex issue_mutex_;
+  std::timed_mutex issue_mutex_;  // held while calling into NCCL
+  std::atomic<bool> aborted_{false};
   mutable std::mutex mutex_;
   std::condition_variable in_flight_changed_;
   std::deque<InFlight> in_flight_;

@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -24,18 +25,25 @@ std::string cudnn_version_text(long code) {
   return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
 }
 
-// "580.159" from the kernel module's line "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159  ...".
 std::string nvidia_driver_version() {
   std::ifstream file("/proc/driver/nvidia/version");
   std::string line;
-  if (!std::getline(file, line)) return "";
-  std::istringstream words(line.substr(std::min(line.size(), line.find("Kernel Module") + 13)));
-  std::string version;
-  words >> version;
-  return version;
+  return std::getline(file, line) ? parse_nvidia_driver_version(line) : "";
 }
 
 }  // namespace
+
+std::string parse_nvidia_driver_version(const std::string& line) {
+  std::istringstream words(line);
+  for (std::string word; words >> word;) {
+    const bool dotted_number = std::isdigit(static_cast<unsigned char>(word.front())) &&
+                               std::isdigit(static_cast<unsigned char>(word.back())) &&
+                               word.find('.') != std::string::npos &&
+                               word.find_first_not_of("0123456789.") == std::string::npos;
+    if (dotted_number) return word;
+  }
+  return "";
+}
 
 torch::Device select_device(const std::string& choice, int local_rank) {
   if (choice == "cpu") return torch::Device(torch::kCPU);

@@ -2,9 +2,9 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/cuda.h>
 
 #include <filesystem>
-
 
 namespace mpibert {
 namespace {
@@ -52,6 +52,8 @@ void StepProfiler::finish() {
   if (!recording_) return;
   recording_ = false;
   done_ = true;
+  // The steps only queue GPU work: the last steps' kernels are recorded once they ran.
+  if (cuda_) torch::cuda::synchronize();
   auto result = profiler::disableProfiler();
   std::filesystem::create_directories(std::filesystem::path(trace_path_).parent_path());
   result->save(trace_path_);  // Kineto's Chrome trace: CPU operators, our ranges, CUDA kernels and copies

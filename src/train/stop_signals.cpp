@@ -4,8 +4,8 @@
 
 #include <atomic>
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -22,14 +22,29 @@ extern "C" void on_stop_signal(int signal) { stop_signal = signal; }
 struct Fault {
   int rank = -1;
   int64_t step = -1;
+  FaultPoint point = FaultPoint::kStepStart;
 };
 
+// RANK:STEP[:backward] from the environment; none (rank -1) when the variable is not set.
 Fault fault_from_environment(const char* variable) {
   Fault fault;
-  if (const char* value = std::getenv(variable)) {
-    if (std::sscanf(value, "%d:%lld", &fault.rank, reinterpret_cast<long long*>(&fault.step)) != 2)
-      throw InputError(describe(variable, value, "expected RANK:STEP"));
+  const char* value = std::getenv(variable);
+  if (!value) return fault;
+  std::istringstream in(value);
+  std::string rank, step, point;
+  std::getline(in, rank, ':');
+  std::getline(in, step, ':');
+  std::getline(in, point);
+  try {
+    size_t rank_end = 0, step_end = 0;
+    fault.rank = std::stoi(rank, &rank_end);
+    fault.step = std::stoll(step, &step_end);
+    if (rank_end != rank.size() || step_end != step.size() || (point != "" && point != "backward"))
+      throw std::invalid_argument(value);
+  } catch (const std::exception&) {
+    throw InputError(describe(variable, value, "expected RANK:STEP or RANK:STEP:backward"));
   }
+  fault.point = point == "backward" ? FaultPoint::kAfterBackward : FaultPoint::kStepStart;
   return fault;
 }
 
@@ -55,14 +70,16 @@ StopSignals::~StopSignals() {
 
 int StopSignals::received() const { return stop_signal; }
 
-void inject_faults(const Ranks& ranks, int64_t step) {
+void inject_faults(const Ranks& ranks, int64_t step, FaultPoint point) {
   static const Fault failure = fault_from_environment("MPIBERT_INJECT_FAILURE");
   static const Fault hang = fault_from_environment("MPIBERT_INJECT_HANG");
   static const Fault signal = fault_from_environment("MPIBERT_INJECT_SIGNAL");
-  if (signal.rank == ranks.rank && signal.step == step) std::raise(SIGUSR1);
-  if (failure.rank == ranks.rank && failure.step == step)
-    throw std::runtime_error("injected failure at step " + std::to_string(step) + " (MPIBERT_INJECT_FAILURE)");
-  if (hang.rank == ranks.rank && hang.step == step) {
+  auto here = [&](const Fault& fault) { return fault.rank == ranks.rank && fault.step == step && fault.point == point; };
+  if (here(signal)) std::raise(SIGUSR1);
+  if (here(failure))
+    throw std::runtime_error("injected failure at step " + std::to_string(step) +
+                             (point == FaultPoint::kAfterBackward ? " after backward" : "") + " (MPIBERT_INJECT_FAILURE)");
+  if (here(hang)) {
     spdlog::warn("injected hang at step {} (MPIBERT_INJECT_HANG)", step);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }

@@ -219,7 +219,7 @@ void Trainer::set_up_schedule() {
 void Trainer::set_up_parallel() {
   AdamWOptions adam;
   adam.weight_decay = options_.weight_decay;
-  if (ranks_.size > 1) communicator_ = make_communicator(options_.comm, device_, collective_timeout());
+  if (ranks_.size > 1) communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout());
   parallel_ = std::make_unique<DataParallel>(model(), communicator_, adam, options_.parallel);
   if (!resume_from_.empty()) {
     agree_on(ranks_, [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), *parallel_, device_); });
@@ -254,7 +254,7 @@ nlohmann::ordered_json Trainer::run() {
     BatchLoader batches(*store_, sampler_->indices(state_.epoch), options_.batch_size, state_.micro_batches_done, options_.padding,
                         device_);
     while (steps_left_in_epoch() && state_.global_step < total_steps_ && !stopped_early) {
-      inject_faults(ranks_, state_.global_step);
+      inject_faults(ranks_, state_.global_step, FaultPoint::kStepStart);
       profiler.before_step(steps_this_run_);
       StepRecord step = train_step(batches);
       profiler.after_step(steps_this_run_);
@@ -302,6 +302,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
     step.samples += static_cast<double>(batch.feature_indices.size());
     step.tokens += static_cast<double>(batch.input_ids.numel());
   }
+  inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
   timed(phases_.gradient_sync, "mpibert::gradient_sync", [&] { parallel_->finish_gradient_sync(); });
   step.grad_norm = timed(phases_.optimizer, "mpibert::optimizer", [&] {
     torch::Tensor norm = parallel_->clip_and_step(options_.max_grad_norm, step.learning_rate);
@@ -493,6 +494,20 @@ std::vector<int32_t> feature_lengths(const FeatureStore& store) {
   return lengths;
 }
 
-nlohmann::ordered_json train(const TrainOptions& options) { return Trainer(options).run(); }
+nlohmann::ordered_json train(const TrainOptions& options) {
+  Trainer trainer(options);
+  try {
+    return trainer.run();
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const std::exception& error) {
+    if (world_size() == 1) throw;
+    // Logged while the communicator still stands: leaving here tears it down (on an error, it
+    // only aborts), and whatever happens then, this rank's message is out first.
+    spdlog::error("{}", error.what());
+    spdlog::default_logger()->flush();
+    throw ReportedFailure(error.what());
+  }
+}
 
 }  // namespace mpibert

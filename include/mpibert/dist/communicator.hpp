@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,13 @@ struct CommunicatorStats {
   int64_t bytes = 0;
 };
 
+// How a communicator ends. Left normally, it finishes: waits for its operations and releases what
+// the ranks hold together (NCCL's destroy involves the node's other ranks). Left by an exception
+// (an out-of-memory in backward, say), the other ranks may never reach its pending operations: it
+// abandons them (NCCL: abort), so that the error gets logged and ends the job rather than the
+// destructor waiting forever.
+enum class Teardown { kFinish, kAbandon };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -68,6 +76,14 @@ class Communicator {
   virtual std::shared_ptr<Mark> mark() = 0;
 
   virtual CommunicatorStats stats() const = 0;
+
+ protected:
+  // For the destructors: kAbandon while an exception that was not in flight at construction
+  // unwinds the stack.
+  Teardown teardown() const { return std::uncaught_exceptions() > uncaught_at_construction_ ? Teardown::kAbandon : Teardown::kFinish; }
+
+ private:
+  int uncaught_at_construction_ = std::uncaught_exceptions();
 };
 
 // MPI on MPI_COMM_WORLD (a duplicate of it): contiguous float32/float64/int64/int32/uint8
@@ -85,9 +101,12 @@ std::string nccl_version();
 // over MPI. Throws when this build has no NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(int device_index, double timeout_seconds);
 
-// --comm: "nccl" (CUDA tensors; needs a CUDA device and this build's NCCL), "mpi", or "auto" (NCCL
-// when the device is CUDA and NCCL is built, MPI otherwise). Throws InputError for a choice the
-// device or the build cannot serve.
-std::unique_ptr<Communicator> make_communicator(const std::string& choice, const torch::Device& device, double timeout_seconds);
+// Collective: the ranks exchange where they compute (placement.hpp), refuse devices of different
+// kinds, and pick the backend --comm asks for: "nccl" (every rank on a GPU of its own, NCCL built),
+// "mpi", or "auto" (NCCL where "nccl" would be accepted, else MPI with a warning on GPUs). A refusal
+// is an InputError on rank 0 and a PeerFailure on the others. `device_option` (--device) is named
+// in the message.
+std::unique_ptr<Communicator> make_communicator(const std::string& device_option, const std::string& comm_option,
+                                                const torch::Device& device, double timeout_seconds);
 
 }  // namespace mpibert

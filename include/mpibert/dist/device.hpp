@@ -23,6 +23,11 @@ void synchronize(const torch::Device& device);
 // The most memory the caching allocator held on a CUDA device since the start, 0 on the CPU.
 int64_t peak_memory_bytes(const torch::Device& device);
 
+// The driver's version from the first line of /proc/driver/nvidia/version, for proprietary and
+// open kernel modules alike ("...Kernel Module  580.95.05  ..." and "...Open Kernel Module for
+// x86_64  580.159  ..."): its first dotted number; "" when there is none.
+std::string parse_nvidia_driver_version(const std::string& line);
+
 // For results.json: {"type": "cpu"|"cuda", "name", "count", "memory_bytes", "capability",
 // "driver", "cuda_runtime", "cudnn", "nccl"} (CUDA keys only on a GPU).
 nlohmann::ordered_json describe_device(const torch::Device& device);

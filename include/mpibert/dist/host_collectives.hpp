@@ -48,6 +48,13 @@ class PeerFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An error this rank has logged already (with its rank), while its communicator still stood: it
+// only has to end the job.
+class ReportedFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // How long a host-side or tensor collective may wait before the job is ended (seconds, <= 0:
 // forever). Set once from --collective-timeout.
 void set_collective_timeout(double seconds);

@@ -24,9 +24,13 @@ class StopSignals {
   std::unique_ptr<Previous> previous_;
 };
 
-// Fault injection for the failure tests, each RANK:STEP, acting when that rank starts that step:
-// MPIBERT_INJECT_FAILURE throws, MPIBERT_INJECT_HANG stops responding, MPIBERT_INJECT_SIGNAL
-// raises SIGUSR1 (as SLURM's warning would, on one rank only).
-void inject_faults(const Ranks& ranks, int64_t step);
+// Where in a step a fault is injected: as the step starts, or once its backward has queued every
+// gradient bucket (a failure there leaves collectives in flight, as an out-of-memory would).
+enum class FaultPoint { kStepStart, kAfterBackward };
+
+// Fault injection for the failure tests, each RANK:STEP (at the step's start) or
+// RANK:STEP:backward: MPIBERT_INJECT_FAILURE throws, MPIBERT_INJECT_HANG stops responding,
+// MPIBERT_INJECT_SIGNAL raises SIGUSR1 (as SLURM's warning would, on one rank only).
+void inject_faults(const Ranks& ranks, int64_t step, FaultPoint point);
 
 }  // namespace mpibert

@@ -68,7 +68,8 @@ std::vector<int32_t> feature_lengths(const FeatureStore& store);
 // Runs training (and evaluation when eval_dir is set) on every rank of MPI_COMM_WORLD (one process
 // when MPI is not initialized); rank 0 writes the run directory. Returns results.json's content.
 // After SIGTERM or SIGUSR1 the ranks agree to stop after the current step, checkpoint, and return
-// with results["preempted"] true.
+// with results["preempted"] true. With several ranks, an error in training is logged here, before
+// the communicator is torn down, and leaves as ReportedFailure (host_collectives.hpp).
 nlohmann::ordered_json train(const TrainOptions& options);
 
 }  // namespace mpibert
