@@ -30,15 +30,6 @@ void expect_same_parameters(BertForQuestionAnswering& a, BertForQuestionAnswerin
   }
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 TEST(Checkpoint, SaveThenLoadGivesIdenticalTensors) {
   test::TempDir dir;
   torch::manual_seed(3);
@@ -158,14 +149,14 @@ TEST(Checkpoint, RefusesATokenizerItDoesNotReproduce) {
   test::TempDir dir;
   BertForQuestionAnswering source(tiny_config());
   write_sentence_transformers_model(dir.file("st"), "0_Transformer", source);
-  std::string message = error_of([&] { load_pretrained(dir.file("st"), test::write_other_vocab(dir.file("other-vocab.txt"))); });
+  std::string message = test::error_of([&] { load_pretrained(dir.file("st"), test::write_other_vocab(dir.file("other-vocab.txt"))); });
   EXPECT_NE(message.find("differs from the model's own " + dir.file("st/0_Transformer/vocab.txt")), std::string::npos)
       << message;
   test::write_text(dir.file("st/0_Transformer/tokenizer_config.json"), R"({"do_lower_case": false})");
-  message = error_of([&] { load_pretrained(dir.file("st"), test::vocab_path()); });
+  message = test::error_of([&] { load_pretrained(dir.file("st"), test::vocab_path()); });
   EXPECT_NE(message.find("a cased model"), std::string::npos) << message;
   test::write_text(dir.file("st/modules.json"), R"([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
-  message = error_of([&] { load_pretrained(dir.file("st")); });
+  message = test::error_of([&] { load_pretrained(dir.file("st")); });
   EXPECT_NE(message.find(dir.file("st/modules.json") + ": lists no sentence_transformers.models.Transformer"), std::string::npos)
       << message;
 }
@@ -182,7 +173,7 @@ TEST(Checkpoint, MismatchesAreListed) {
   }
   tensors.push_back({"bert.encoder.layer.7.output.dense.bias", torch::zeros({32})});  // unexpected
   write_safetensors(dir.file("bad.safetensors"), tensors);
-  const std::string message = error_of([&] { load_state(model, SafetensorsFile::open(dir.file("bad.safetensors"))); });
+  const std::string message = test::error_of([&] { load_state(model, SafetensorsFile::open(dir.file("bad.safetensors"))); });
   EXPECT_NE(message.find(dir.file("bad.safetensors")), std::string::npos) << message;
   EXPECT_NE(message.find("missing bert.encoder.layer.1.output.dense.bias"), std::string::npos) << message;
   EXPECT_NE(message.find("unexpected bert.encoder.layer.7.output.dense.bias"), std::string::npos) << message;
@@ -194,13 +185,13 @@ TEST(Checkpoint, DirectoryErrors) {
   BertForQuestionAnswering model(tiny_config());
   save_pretrained(model, dir.file("model"), test::vocab_path());
   test::write_text(dir.file("small-vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\n");
-  EXPECT_NE(error_of([&] { load_pretrained(dir.file("model"), dir.file("small-vocab.txt")); }).find("has 4 tokens, but"),
+  EXPECT_NE(test::error_of([&] { load_pretrained(dir.file("model"), dir.file("small-vocab.txt")); }).find("has 4 tokens, but"),
             std::string::npos);
   std::filesystem::create_directories(dir.file("torch"));
   test::write_text(dir.file("torch/pytorch_model.bin"), "not really");
-  EXPECT_NE(error_of([&] { load_pretrained(dir.file("torch")); }).find("scripts/convert_pytorch_bin.py " + dir.file("torch")),
+  EXPECT_NE(test::error_of([&] { load_pretrained(dir.file("torch")); }).find("scripts/convert_pytorch_bin.py " + dir.file("torch")),
             std::string::npos);
-  EXPECT_NE(error_of([&] { load_pretrained(dir.file("nothing")); }).find("not found"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { load_pretrained(dir.file("nothing")); }).find("not found"), std::string::npos);
 }
 
 }  // namespace

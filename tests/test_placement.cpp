@@ -11,21 +11,13 @@
 #include "mpibert/dist/communicator.hpp"
 #include "mpibert/dist/device.hpp"
 #include "mpibert/dist/placement.hpp"
+#include "test_support.hpp"
 
 namespace mpibert {
 namespace {
 
 RankPlacement cuda(int rank, const std::string& host, int index) { return {rank, host, "cuda", index}; }
 RankPlacement cpu(int rank, const std::string& host) { return {rank, host, "cpu", -1}; }
-
-std::string error_of(const std::function<void()>& work) {
-  try {
-    work();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Backend, AutoTakesNcclWhereEveryRankHasAGpuOfItsOwn) {
   const std::vector<RankPlacement> two_nodes = {cuda(0, "n1", 0), cuda(1, "n1", 1), cuda(2, "n2", 0), cuda(3, "n2", 1)};
@@ -44,28 +36,28 @@ TEST(Backend, RanksSharingAGpuFallBackToMpiUnderAutoAndAreRefusedUnderNccl) {
   const BackendChoice choice = choose_backend("auto", shared, true);
   EXPECT_EQ(choice.backend, "mpi");
   EXPECT_NE(choice.warning.find("ranks 0 and 2 share cuda:0 on n1"), std::string::npos) << choice.warning;
-  const std::string refusal = error_of([&] { choose_backend("nccl", shared, true); });
+  const std::string refusal = test::error_of([&] { choose_backend("nccl", shared, true); });
   EXPECT_NE(refusal.find("--comm"), std::string::npos) << refusal;
   EXPECT_NE(refusal.find("ranks 0 and 2 share cuda:0 on n1"), std::string::npos) << refusal;
   EXPECT_NE(refusal.find("--comm mpi"), std::string::npos) << refusal;
 }
 
 TEST(Backend, NcclNeedsGpusAndABuildWithNccl) {
-  EXPECT_NE(error_of([] { choose_backend("nccl", {cpu(0, "n1"), cpu(1, "n1")}, true); }).find("NCCL reduces CUDA tensors"),
+  EXPECT_NE(test::error_of([] { choose_backend("nccl", {cpu(0, "n1"), cpu(1, "n1")}, true); }).find("NCCL reduces CUDA tensors"),
             std::string::npos);
-  EXPECT_NE(error_of([] { choose_backend("nccl", {cuda(0, "n1", 0), cuda(1, "n1", 1)}, false); }).find("built without NCCL"),
+  EXPECT_NE(test::error_of([] { choose_backend("nccl", {cuda(0, "n1", 0), cuda(1, "n1", 1)}, false); }).find("built without NCCL"),
             std::string::npos);
   const BackendChoice without = choose_backend("auto", {cuda(0, "n1", 0), cuda(1, "n1", 1)}, false);
   EXPECT_EQ(without.backend, "mpi");
   EXPECT_NE(without.warning.find("without NCCL"), std::string::npos);
-  EXPECT_NE(error_of([] { choose_backend("gloo", {cpu(0, "n1")}, true); }).find("unknown communicator"), std::string::npos);
+  EXPECT_NE(test::error_of([] { choose_backend("gloo", {cpu(0, "n1")}, true); }).find("unknown communicator"), std::string::npos);
 }
 
 TEST(RankPlacement, RanksOnDifferentKindsOfDeviceAreRefusedByName) {
   EXPECT_NO_THROW(require_one_device_type({cuda(0, "n1", 0), cuda(1, "n2", 0)}, "auto"));
   EXPECT_NO_THROW(require_one_device_type({cpu(0, "n1"), cpu(1, "n2")}, "auto"));
   // A rank whose --device auto found no GPU (a driver too old for the CUDA runtime, say).
-  const std::string refusal = error_of([] { require_one_device_type({cuda(0, "n1", 0), cuda(1, "n1", 1), cpu(2, "n2")}, "auto"); });
+  const std::string refusal = test::error_of([] { require_one_device_type({cuda(0, "n1", 0), cuda(1, "n1", 1), cpu(2, "n2")}, "auto"); });
   EXPECT_NE(refusal.find("--device"), std::string::npos) << refusal;
   EXPECT_NE(refusal.find("cuda:0 on n1 (rank 0), cuda:1 on n1 (rank 1), cpu on n2 (rank 2)"), std::string::npos) << refusal;
   EXPECT_NE(refusal.find("--device cuda"), std::string::npos) << refusal;

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/shard_building.hpp"
 
@@ -110,6 +111,15 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
   if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "<no error>";
 }
 
 std::string write_other_vocab(const std::string& path) {

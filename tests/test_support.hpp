@@ -2,6 +2,7 @@
 // running the project's binaries as a user would.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct CommandResult {
 CommandResult run_command(const std::string& command_line);
 
 void write_text(const std::string& path, const std::string& text);
+// The message of the InputError `action` throws, "<no error>" when it throws none.
+std::string error_of(const std::function<void()>& action);
 // Writes a vocab of vocab_path()'s size whose tokens mean other words (two letters of "the"
 // swapped) to `path`, and returns `path`.
 std::string write_other_vocab(const std::string& path);
