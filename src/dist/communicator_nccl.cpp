@@ -226,7 +226,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> launch(const char* call, const std::string& what, int64_t bytes, std::initializer_list<torch::Tensor> tensors,
                                const std::function<ncclResult_t(cudaStream_t)>& issue) {
-    std::lock_guard<std::timed_mutex> issuing(issue_mutex_);  // NCCL calls on one comm must not interleave
+    std::lock_guard<std::recursive_timed_mutex> issuing(issue_mutex_);  // NCCL calls on one comm must not interleave
     if (aborted_) throw PeerFailure("the NCCL communicator was aborted (its error is logged above)");
     c10::cuda::CUDAGuard guard(device_);
     // The tensors were written on the caller's stream: the NCCL stream starts after that.
@@ -303,7 +303,7 @@ class NcclCommunicator : public Communicator {
   // second the abort goes ahead without it, which is what returns that call with an error.
   void abort_communicator() {
     if (aborted_.exchange(true)) return;
-    std::unique_lock<std::timed_mutex> issuing(issue_mutex_, std::chrono::seconds(1));
+    std::unique_lock<std::recursive_timed_mutex> issuing(issue_mutex_, std::chrono::seconds(1));
     ncclCommAbort(comm_);
   }
 
@@ -312,7 +312,8 @@ class NcclCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;
   c10::cuda::CUDAStream stream_;  // NCCL's own: collectives overlap the caller's compute
-  std::timed_mutex issue_mutex_;  // held while calling into NCCL
+  // Held while calling into NCCL; recursive: a call that times out while holding it aborts.
+  std::recursive_timed_mutex issue_mutex_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex mutex_;
   std::condition_variable in_flight_changed_;
