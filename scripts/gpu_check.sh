@@ -105,6 +105,8 @@ compare() {
     "$("$py" -c 'import sys; print(int(float(sys.argv[1]) <= float(sys.argv[2])))' "$difference" "$limit")"
 }
 
+# Runs of an earlier check in GPU_CHECK_DIR are replaced, not continued.
+rm -rf "$work"/{cpu-1,dev-1,dev-2-*,straight,resumed,eval-*,profile}
 logged cpu-1 "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" "${one_rank[@]}" --device cpu --output-dir "$work/cpu-1" || true
 logged dev-1 "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" "${one_rank[@]}" --device "$device" --output-dir "$work/dev-1" || true
 compare "1 rank on $device" cpu-1 dev-1 "$([ "$device" = cuda ] && echo 1e-4 || echo 0)" "1 rank on the CPU"

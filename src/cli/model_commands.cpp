@@ -11,6 +11,8 @@
 #include "mpibert/dist/host_collectives.hpp"
 #include "mpibert/dist/peers.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/train/option_checks.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/trainer.hpp"
 
@@ -32,6 +34,7 @@ struct ModelCommands::Impl {
   int run_train();
   int run_eval();
   int run_predict();
+  void check_command_line();
 };
 
 ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -48,6 +51,8 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--model-config", o.model_config, "config.json for a randomly initialized model (without --model)");
   c->add_option("--vocab", o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
   c->add_option("--resume", o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");
+  c->add_flag("--overwrite-output-dir,--overwrite_output_dir", o.overwrite_output_dir,
+              "replace an earlier run in --output-dir (its checkpoints and records) instead of refusing to start");
   c->add_option("--max-seq-length,--max_seq_length", o.expected_max_seq_length,
                 "refuse shards prepared with another max_seq_length (0: any; run_qa's is 384)")->capture_default_str();
   c->add_option("--doc-stride,--doc_stride", o.expected_doc_stride,
@@ -192,38 +197,40 @@ int ModelCommands::Impl::run_predict() {
   return 0;
 }
 
-int ModelCommands::Impl::run_train() {
-  if (options.model_dir.empty() == options.model_config.empty()) {
-    spdlog::error("give exactly one of --model (an HF directory) and --model-config (random initialization)");
-    return 2;
-  }
-  if (!options.model_dir.empty() && !std::filesystem::is_directory(options.model_dir)) {
-    spdlog::error("--model {}: not a directory. A hub name (run_qa's bert-base-uncased) must be downloaded first: "
-                  "README.md, \"The bert-base recipe\"", options.model_dir);
-    return 2;
-  }
+// The options that are not TrainOptions' (the process's), and how they fit together.
+void ModelCommands::Impl::check_command_line() {
+  if (options.model_dir.empty() == options.model_config.empty())
+    throw InputError("give exactly one of --model (an HF directory) and --model-config (random initialization)");
+  if (!options.model_dir.empty() && !std::filesystem::is_directory(options.model_dir))
+    throw InputError(describe("--model", options.model_dir,
+                              "not a directory. A hub name (run_qa's bert-base-uncased) must be downloaded first: README.md, "
+                              "\"The bert-base recipe\""));
   if (options.vocab.empty()) {
-    if (options.model_dir.empty() || !std::filesystem::exists(options.model_dir + "/vocab.txt")) {
-      spdlog::error("--vocab is required: {}", options.model_dir.empty() ? "a random model has no vocabulary"
-                                                                          : options.model_dir + " has no vocab.txt");
-      return 2;
-    }
+    if (options.model_dir.empty() || !std::filesystem::exists(options.model_dir + "/vocab.txt"))
+      throw InputError(std::string("--vocab is required: ") +
+                       (options.model_dir.empty() ? "a random model has no vocabulary" : options.model_dir + " has no vocab.txt"));
     options.vocab = options.model_dir + "/vocab.txt";
   }
-  if (do_eval && options.eval_dir.empty()) {
-    spdlog::error("--do_eval needs --eval-shards (shards prepared with mpibert-prep --split eval)");
-    return 2;
-  }
+  if (do_eval && options.eval_dir.empty())
+    throw InputError("--do_eval needs --eval-shards (shards prepared with mpibert-prep --split eval)");
+  if (threads < 0) throw InputError(describe("--threads", std::to_string(threads), "must be at least 0 (0: LibTorch's default)"));
+  if (!(collective_timeout >= 0))
+    throw InputError(describe("--collective-timeout", std::to_string(collective_timeout), "must be at least 0 (0: wait forever)"));
+  if (options.overwrite_output_dir && !options.resume.empty())
+    throw InputError("--overwrite-output-dir replaces the run that --resume " + options.resume + " would continue: give one of them");
+  check_train_options(options);
+  check_output_dir_is_free(options);
+}
+
+int ModelCommands::Impl::run_train() {
+  // Every rank checks the same options; the lowest failing rank reports (the others leave quietly).
+  agree_on(Ranks::of_world(), [&] { check_command_line(); });
   options.padding = padding == "full" ? Padding::kFull : Padding::kDynamic;
   options.parallel.strategy = parse_strategy(strategy);
-  const bool root = world_rank() == 0;
-  if (root) {
-    std::filesystem::create_directories(options.output_dir);
-    write_file_atomic(options.output_dir + "/train_config.toml", "[train]\n" + train->config_to_str(true, true));
-  }
+  options.config_record = "[train]\n" + train->config_to_str(true, true);
   nlohmann::ordered_json results = mpibert::train(options);
   if (results["preempted"].get<bool>()) return kExitRequeue;
-  if (!root) return 0;
+  if (world_rank() != 0) return 0;
   std::cout << "results: " << options.output_dir << "/results.json\n";
   for (const char* key : {"eval_exact_match", "eval_exact", "eval_f1"})
     if (results.contains(key)) std::cout << key << " = " << results[key].dump() << "\n";

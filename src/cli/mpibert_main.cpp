@@ -28,7 +28,12 @@ int main(int argc, char** argv) {
   score->add_option("--na-prob-thresh", na_prob_thresh, "v2.0: predict no answer above this")->capture_default_str();
   score->add_option("--out-file", out_file, "write the JSON here instead of stdout");
   mpibert::ModelCommands model_commands(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 names the option and what it accepts; every refusal exits 1, --help 0.
+    return app.exit(e) == 0 ? 0 : 1;
+  }
 
   try {
     if (tokenize->parsed()) {

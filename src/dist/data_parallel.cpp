@@ -282,8 +282,10 @@ torch::Tensor DataParallel::clip_and_step(double max_norm, double lr) {
     squares.narrow(0, static_cast<int64_t>(d.slice_parameter[s]), 1).add_(d.slice_grads[s].square().sum(torch::kDouble));
   communicator_->all_reduce_sum(squares, "all-reduce of the gradient norm")->wait();
   torch::Tensor total_norm = torch::norm(squares.sqrt().to(torch::kFloat), 2);
-  torch::Tensor clip_coef = torch::clamp((total_norm + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
-  for (auto& grad : d.slice_grads) grad.mul_(clip_coef);
+  if (max_norm > 0) {  // 0: no clipping, as HF
+    torch::Tensor clip_coef = torch::clamp((total_norm + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
+    for (auto& grad : d.slice_grads) grad.mul_(clip_coef);
+  }
   d.optimizer->step(lr);
   std::vector<std::shared_ptr<Work>> works;
   for (size_t b = 0; b < d.buckets.size(); ++b) {

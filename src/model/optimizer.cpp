@@ -62,6 +62,7 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
   if (grads.empty()) return parameters.empty() ? torch::zeros({}) : torch::zeros({}, parameters.front().options());
   for (const auto& grad : grads) norms.push_back(torch::norm(grad, 2));
   torch::Tensor total_norm = torch::norm(torch::stack(norms), 2);
+  if (max_norm <= 0) return total_norm;  // HF: max_grad_norm 0 turns clipping off
   // Python's `max_norm / tensor` is reciprocal() * max_norm; C++'s scalar / tensor divides.
   torch::Tensor clip_coef = torch::clamp((total_norm + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
   for (auto& grad : grads) grad.mul_(clip_coef);

@@ -18,6 +18,7 @@
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/optimizer.hpp"
 #include "mpibert/train/hf_run_files.hpp"
+#include "mpibert/train/option_checks.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/stop_signals.hpp"
 #include "mpibert/train/training_checkpoint.hpp"
@@ -113,6 +114,7 @@ class Trainer {
  private:
   void set_up_model_and_data();
   void check_shard_geometry(const std::string& dir, const FeatureParams& prepared) const;
+  void check_eval_shards(const Manifest& eval) const;
   void set_up_schedule();
   void set_up_parallel();
   bool steps_left_in_epoch() const;
@@ -153,9 +155,15 @@ class Trainer {
 };
 
 Trainer::Trainer(const TrainOptions& options) : options_(options) {
-  if (ranks_.root()) fs::create_directories(options_.output_dir);
+  check_train_options(options_);
   set_up_model_and_data();
   set_up_schedule();
+  // Setup succeeded on every rank: now the run directory is written.
+  if (ranks_.root()) {
+    if (options_.overwrite_output_dir) remove_earlier_run(options_.output_dir);
+    fs::create_directories(options_.output_dir);
+    if (!options_.config_record.empty()) write_file_atomic(options_.output_dir + "/train_config.toml", options_.config_record);
+  }
   set_up_parallel();
   log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size);
 }
@@ -175,6 +183,22 @@ void Trainer::check_shard_geometry(const std::string& dir, const FeatureParams& 
     refuse("doc_stride", "--doc-stride", prepared.doc_stride, options_.expected_doc_stride);
 }
 
+// Evaluation shards must be the training shards' kind: the same vocabulary (token ids mean the
+// same words) and sequence length (the model was trained on windows of it).
+void Trainer::check_eval_shards(const Manifest& eval) const {
+  check_shard_geometry(options_.eval_dir, eval.params);
+  const Manifest& train = store_->manifest();
+  const std::string where = options_.eval_dir + "/" + kManifestName;
+  if (!eval.vocab_sha256.empty() && !train.vocab_sha256.empty() && eval.vocab_sha256 != train.vocab_sha256)
+    throw InputError(describe(where, "", "prepared with another vocabulary (" + eval.vocab_path + ") than the training shards (" +
+                                             train.vocab_path + "): prepare them again with --vocab " + options_.vocab));
+  if (eval.params.max_seq_length != train.params.max_seq_length)
+    throw InputError(describe(where, "", "prepared with max_seq_length " + std::to_string(eval.params.max_seq_length) +
+                                             ", the training shards with " + std::to_string(train.params.max_seq_length) +
+                                             ": prepare them again with mpibert-prep --max-seq-length " +
+                                             std::to_string(train.params.max_seq_length)));
+}
+
 void Trainer::set_up_model_and_data() {
   set_tf32(options_.tf32);
   torch::manual_seed(options_.seed);
@@ -185,7 +209,7 @@ void Trainer::set_up_model_and_data() {
                                                : load_pretrained(options_.model_dir, options_.vocab, options_.model);
     store_ = FeatureStore::open(options_.train_dir);
     check_shard_geometry(options_.train_dir, store_->manifest().params);
-    if (!options_.eval_dir.empty()) check_shard_geometry(options_.eval_dir, read_manifest(options_.eval_dir).params);
+    if (!options_.eval_dir.empty()) check_eval_shards(read_manifest(options_.eval_dir));
     if (store_->manifest().vocab_size && store_->manifest().vocab_size != model()->config().vocab_size)
       throw InputError(describe(options_.train_dir, "", "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
                                                             " tokens, but the model has vocab_size " +
@@ -209,6 +233,15 @@ void Trainer::set_up_schedule() {
   sampler_.emplace(store_->num_features(), ranks_.rank, ranks_.size, DistributedSampler::Mode::kTrain, options_.seed);
   if (options_.group_by_length) sampler_->group_by_length(feature_lengths(*store_), options_.batch_size);
   const int64_t micro_batches_per_epoch = (sampler_->size() + options_.batch_size - 1) / options_.batch_size;
+  agree_on(ranks_, [&] {
+    if (micro_batches_per_epoch < options_.gradient_accumulation)
+      throw InputError(describe("--gradient-accumulation", std::to_string(options_.gradient_accumulation),
+                                "an optimizer step needs that many micro-batches, but an epoch gives rank " +
+                                    std::to_string(ranks_.rank) + " only " + std::to_string(micro_batches_per_epoch) + " (" +
+                                    std::to_string(sampler_->size()) + " of the " + std::to_string(store_->num_features()) +
+                                    " features in batches of " + std::to_string(options_.batch_size) +
+                                    "): lower --gradient-accumulation or --batch-size, or use fewer ranks"));
+  });
   steps_per_epoch_ = std::max<int64_t>(1, micro_batches_per_epoch / options_.gradient_accumulation);
   total_steps_ = options_.max_steps > 0 ? options_.max_steps
                                         : static_cast<int64_t>(std::ceil(options_.epochs * static_cast<double>(steps_per_epoch_)));

@@ -61,7 +61,8 @@ class LinearSchedule {
 };
 
 // torch.nn.utils.clip_grad_norm_ (L2): returns the pre-clip global norm (the L2 norm of the
-// per-parameter norms, in the given order) and always scales gradients by min(1, max/(norm+1e-6)).
+// per-parameter norms, in the given order) and scales gradients by min(1, max/(norm+1e-6)); a
+// max_norm of 0 leaves them as they are (HF Trainer's max_grad_norm 0).
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
 
 }  // namespace mpibert

@@ -30,6 +30,8 @@ struct TrainOptions {
   std::string model_config;         // config.json for random init (when model_dir is empty)
   std::string vocab;                // vocab.txt, copied into checkpoints
   std::string resume;               // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
+  bool overwrite_output_dir = false;  // replace an earlier run in output_dir (option_checks.hpp)
+  std::string config_record;        // written as output_dir/train_config.toml once setup succeeded
   // What the shards must have been prepared with (run_qa's --max_seq_length, --doc_stride); 0: any.
   int32_t expected_max_seq_length = 0, expected_doc_stride = 0;
 

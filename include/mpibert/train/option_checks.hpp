@@ -1,0 +1,26 @@
+// Every option of `mpibert train` checked in one place, before any work and before anything is
+// written: a value out of range is an InputError naming the option as the user spells it and the
+// range it must lie in (a batch of 0 would divide by zero an hour later; a ratio of 1.5 would
+// train with a schedule nobody asked for). What depends on the data (an epoch shorter than an
+// accumulation window, eval shards of another vocabulary or sequence length) is checked by the
+// trainer as it opens the shards, still before anything is written.
+#pragma once
+
+#include <string>
+
+#include "mpibert/train/trainer.hpp"
+
+namespace mpibert {
+
+void check_train_options(const TrainOptions& options);
+
+// The run directory holds an earlier run (its metrics.jsonl, results.json or a checkpoint), and
+// this one neither continues it (--resume) nor replaces it (--overwrite-output-dir): an
+// InputError saying which. Mixing two runs' records in one directory would make both unreadable.
+void check_output_dir_is_free(const TrainOptions& options);
+
+// --overwrite-output-dir: removes what an earlier run wrote into the run directory (its
+// checkpoints, records, predictions, TensorBoard events, profile and final model), nothing else.
+void remove_earlier_run(const std::string& output_dir);
+
+}  // namespace mpibert

@@ -1,0 +1,108 @@
+#include "mpibert/train/option_checks.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include "mpibert/core/error.hpp"
+#include "mpibert/train/training_checkpoint.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpibert {
+namespace {
+
+// The shortest text that gives `value` back ("0.001", "24", "1e+20").
+std::string shown(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+void refuse(const char* option, double value, const std::string& range) {
+  throw InputError(describe(option, shown(value), "must be " + range));
+}
+
+void at_least(const char* option, double value, double low) {
+  if (!std::isfinite(value) || value < low) refuse(option, value, "at least " + shown(low));
+}
+
+void positive(const char* option, double value) {
+  if (!std::isfinite(value) || value <= 0) refuse(option, value, "a finite number above 0");
+}
+
+void within(const char* option, double value, double low, double high) {
+  if (!std::isfinite(value) || value < low || value > high) refuse(option, value, "within [" + shown(low) + ", " + shown(high) + "]");
+}
+
+// What an earlier run left in the run directory, for messages ("" when nothing).
+std::string earlier_run_files(const std::string& output_dir) {
+  std::vector<std::string> found;
+  for (const char* name : {"metrics.jsonl", "results.json"})
+    if (fs::exists(fs::path(output_dir) / name)) found.push_back(name);
+  const auto checkpoints = checkpoints_by_step(output_dir);
+  if (!checkpoints.empty()) found.push_back(fs::path(checkpoints.back()).filename().string());
+  std::string list;
+  for (const std::string& name : found) list += (list.empty() ? "" : ", ") + name;
+  return list;
+}
+
+}  // namespace
+
+void check_train_options(const TrainOptions& o) {
+  at_least("--batch-size", static_cast<double>(o.batch_size), 1);
+  at_least("--gradient-accumulation", static_cast<double>(o.gradient_accumulation), 1);
+  at_least("--eval-batch-size", static_cast<double>(o.eval_batch_size), 1);
+  at_least("--max-steps", static_cast<double>(o.max_steps), 0);
+  if (o.max_steps == 0) positive("--epochs", o.epochs);
+  positive("--learning-rate", o.learning_rate);
+  within("--weight-decay", o.weight_decay, 0, 1);
+  at_least("--warmup-steps", static_cast<double>(o.warmup_steps), 0);
+  within("--warmup-ratio", o.warmup_ratio, 0, 1);
+  at_least("--max-grad-norm", o.max_grad_norm, 0);  // 0: no clipping, as HF's max_grad_norm
+  at_least("--logging-steps", static_cast<double>(o.logging_steps), 0);
+  at_least("--save-steps", static_cast<double>(o.save_steps), 0);
+  at_least("--save-total-limit", static_cast<double>(o.save_total_limit), 0);
+  at_least("--eval-steps", static_cast<double>(o.eval_steps), 0);
+  at_least("--stop-after-steps", static_cast<double>(o.stop_after_steps), 0);
+  at_least("--max-seq-length", o.expected_max_seq_length, 0);
+  at_least("--doc-stride", o.expected_doc_stride, 0);
+  at_least("--n-best-size", static_cast<double>(o.postprocess.n_best_size), 1);
+  at_least("--max-answer-length", static_cast<double>(o.postprocess.max_answer_length), 1);
+  if (!std::isfinite(o.postprocess.null_score_diff_threshold))
+    refuse("--null-score-diff-threshold", o.postprocess.null_score_diff_threshold, "a finite number");
+  positive("--bucket-mb", o.parallel.bucket_mb);
+  at_least("--profile-wait", static_cast<double>(o.profile_schedule.wait), 0);
+  at_least("--profile-warmup", static_cast<double>(o.profile_schedule.warmup), 0);
+  at_least("--profile-active", static_cast<double>(o.profile_schedule.active), 1);
+  if (o.eval_steps > 0 && o.eval_dir.empty())
+    throw InputError(describe("--eval-steps", std::to_string(o.eval_steps), "evaluates on --eval-shards, which is not given"));
+  if (o.train_dir.empty()) throw InputError("--train-shards: required (shards prepared by mpibert-prep --split train)");
+  if (o.output_dir.empty()) throw InputError("--output-dir: required");
+}
+
+void check_output_dir_is_free(const TrainOptions& o) {
+  if (!o.resume.empty() || o.overwrite_output_dir || !fs::exists(o.output_dir)) return;
+  const std::string earlier = earlier_run_files(o.output_dir);
+  if (earlier.empty()) return;
+  throw InputError(describe("--output-dir", o.output_dir,
+                            "holds an earlier run (" + earlier + "): continue it with --resume auto, replace it with "
+                            "--overwrite-output-dir (run_qa's --overwrite_output_dir), or give another directory"));
+}
+
+void remove_earlier_run(const std::string& output_dir) {
+  if (!fs::exists(output_dir)) return;
+  for (const std::string& checkpoint : checkpoints_by_step(output_dir)) fs::remove_all(checkpoint);
+  for (const auto& entry : fs::directory_iterator(output_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".checkpoint-", 0) == 0) fs::remove_all(entry.path());  // a save cut short
+  }
+  for (const char* name : {"metrics.jsonl", "results.json", "all_results.json", "train_results.json", "eval_results.json",
+                           "trainer_state.json", "predictions.json", "nbest_predictions.json", "null_odds.json",
+                           "eval_predictions.json", "eval_nbest_predictions.json", "eval_null_odds.json", "config.json",
+                           "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_config.toml", "tensorboard", "profile"})
+    fs::remove_all(fs::path(output_dir) / name);
+}
+
+}  // namespace mpibert

@@ -1,0 +1,163 @@
+// Every option of `mpibert train` checked before any work: each bad value of the table is refused
+// with exit status 1, a message naming the option and what it accepts, and nothing written (the
+// run directory is not even made). Then the checks that need the data (an epoch shorter than an
+// accumulation window, evaluation shards of another sequence length or vocabulary) and the run
+// directory (an earlier run is neither continued nor replaced unless asked).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mpibert/core/io.hpp"
+#include "test_support.hpp"
+
+namespace mpibert {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainOptions : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new test::TempDir();
+    test::prepare_shards(data_->file("train"), test::squad_v1_path(), 0, 24, "train", /*record_vocab_digest=*/true);
+    test::prepare_shards(data_->file("eval"), test::squad_v1_path(), 24, 8, "eval", true);
+    // Evaluation shards of another vocabulary: the manifest records another digest.
+    test::prepare_shards(data_->file("eval-other-vocab"), test::squad_v1_path(), 24, 8, "eval", true);
+    auto manifest = nlohmann::json::parse(read_file(data_->file("eval-other-vocab/manifest.json")));
+    manifest["vocab"]["sha256"] = std::string(64, '0');
+    manifest["vocab"]["path"] = "other/vocab.txt";
+    test::write_text(data_->file("eval-other-vocab/manifest.json"), manifest.dump());
+    // Evaluation shards of another sequence length, as mpibert-prep makes them.
+    const std::string prep = test::bin_dir() + "/mpibert-prep ";
+    auto split = test::run_command(prep + "split " + test::squad_v1_path() + " --articles 5:6 --out " + data_->file("eval.json") + " 2>&1");
+    ASSERT_EQ(split.exit_status, 0) << split.output;
+    auto prepared = test::run_command(prep + "--input " + data_->file("eval.json") + " --vocab " + test::vocab_path() + " --out " +
+                                      data_->file("eval-256") + " --split eval --max-seq-length 256 --log-level warn 2>&1");
+    ASSERT_EQ(prepared.exit_status, 0) << prepared.output;
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  // `mpibert train` of the fixture's tiny model into `out`, with `extra` options (which replace
+  // the defaults of the same name: an option given twice is an error of its own).
+  static test::CommandResult train(const std::string& out, const std::string& extra) {
+    std::string defaults;
+    for (const std::string option : {"--threads 1", "--max-steps 1", "--batch-size 4"})
+      if (extra.find(option.substr(0, option.find(' ')) + " ") == std::string::npos) defaults += " " + option;
+    return test::run_command("timeout -k 10 120 " + test::bin_dir() + "/mpibert train --model-config " + test::fixtures_dir() +
+                             "/model/config.json --vocab " + test::vocab_path() + " --train-shards " + data_->file("train") +
+                             " --output-dir " + out + defaults + " --log-level warn " + extra + " 2>&1");
+  }
+
+  static test::TempDir* data_;
+};
+test::TempDir* TrainOptions::data_ = nullptr;
+
+struct BadOption {
+  std::string options;  // added to a command line that otherwise runs
+  std::string message;  // what the refusal must say
+};
+
+TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
+  const std::vector<BadOption> table = {
+      {"--batch-size 0", "--batch-size: 0: must be at least 1"},
+      {"--batch-size -3", "--batch-size: -3: must be at least 1"},
+      {"--gradient-accumulation 0", "--gradient-accumulation: 0: must be at least 1"},
+      {"--eval-batch-size 0", "--eval-batch-size: 0: must be at least 1"},
+      {"--max-steps -1", "--max-steps: -1: must be at least 0"},
+      {"--max-steps 0 --epochs 0", "--epochs: 0: must be a finite number above 0"},
+      {"--max-steps 0 --epochs -2", "--epochs: -2: must be a finite number above 0"},
+      {"--learning-rate 0", "--learning-rate: 0: must be a finite number above 0"},
+      {"--learning-rate -1e-05", "--learning-rate: -1e-05: must be a finite number above 0"},
+      {"--weight-decay 1.5", "--weight-decay: 1.5: must be within [0, 1]"},
+      {"--weight-decay -0.1", "--weight-decay: -0.1: must be within [0, 1]"},
+      {"--warmup-ratio 1.5", "--warmup-ratio: 1.5: must be within [0, 1]"},
+      {"--warmup-ratio -0.5", "--warmup-ratio: -0.5: must be within [0, 1]"},
+      {"--warmup-steps -1", "--warmup-steps: -1: must be at least 0"},
+      {"--max-grad-norm -1", "--max-grad-norm: -1: must be at least 0"},
+      {"--logging-steps -1", "--logging-steps: -1: must be at least 0"},
+      {"--save-steps -1", "--save-steps: -1: must be at least 0"},
+      {"--save-total-limit -1", "--save-total-limit: -1: must be at least 0"},
+      {"--eval-steps -1", "--eval-steps: -1: must be at least 0"},
+      {"--eval-steps 5", "--eval-steps: 5: evaluates on --eval-shards, which is not given"},
+      {"--stop-after-steps -1", "--stop-after-steps: -1: must be at least 0"},
+      {"--max-seq-length -1", "--max-seq-length: -1: must be at least 0"},
+      {"--doc-stride -1", "--doc-stride: -1: must be at least 0"},
+      {"--n-best-size 0", "--n-best-size: 0: must be at least 1"},
+      {"--max-answer-length 0", "--max-answer-length: 0: must be at least 1"},
+      {"--bucket-mb 0", "--bucket-mb: 0: must be a finite number above 0"},
+      {"--profile-active 0", "--profile-active: 0: must be at least 1"},
+      {"--profile-wait -1", "--profile-wait: -1: must be at least 0"},
+      {"--threads -1", "--threads: -1: must be at least 0"},
+      {"--collective-timeout -5", "--collective-timeout: -5.000000: must be at least 0"},
+      {"--strategy zero9", "--strategy: zero9 not in {ddp,zero1}"},
+      {"--device tpu", "--device: tpu not in {auto,cpu,cuda}"},
+      {"--comm gloo", "--comm: gloo not in {auto,mpi,nccl}"},
+      {"--padding some", "--padding: some not in {dynamic,full}"},
+      {"--overwrite-output-dir --resume auto", "--overwrite-output-dir replaces the run that --resume auto would continue"},
+      {"--do_eval", "--do_eval needs --eval-shards"},
+  };
+  test::TempDir runs;
+  int row = 0;
+  for (const BadOption& bad : table) {
+    SCOPED_TRACE(bad.options);
+    const std::string out = runs.file("run-" + std::to_string(row++));
+    const test::CommandResult result = train(out, bad.options);
+    EXPECT_EQ(result.exit_status, 1) << result.output;
+    EXPECT_NE(result.output.find(bad.message), std::string::npos) << result.output;
+    EXPECT_FALSE(fs::exists(out)) << "the refused run made its directory";
+  }
+}
+
+TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) {
+  test::TempDir runs;
+  const std::vector<BadOption> table = {
+      // 24 features give 6 micro-batches of 4: an accumulation window of 8 never fills.
+      {"--gradient-accumulation 8", "--gradient-accumulation: 8: an optimizer step needs that many micro-batches, but an epoch "
+                                    "gives rank 0 only 6 (24 of the 24 features in batches of 4)"},
+      {"--eval-shards " + data_->file("eval-256"), "prepared with max_seq_length 256, the training shards with 384"},
+      {"--eval-shards " + data_->file("eval-other-vocab"), "prepared with another vocabulary (other/vocab.txt)"},
+  };
+  int row = 0;
+  for (const BadOption& bad : table) {
+    SCOPED_TRACE(bad.options);
+    const std::string out = runs.file("data-" + std::to_string(row++));
+    const test::CommandResult result = train(out, bad.options);
+    EXPECT_EQ(result.exit_status, 1) << result.output;
+    EXPECT_NE(result.output.find(bad.message), std::string::npos) << result.output;
+    EXPECT_FALSE(fs::exists(out)) << "the refused run made its directory";
+  }
+  const test::CommandResult fits = train(runs.file("fits"), "--eval-shards " + data_->file("eval") + " --gradient-accumulation 2");
+  EXPECT_EQ(fits.exit_status, 0) << fits.output;
+}
+
+TEST_F(TrainOptions, AnEarlierRunIsContinuedOrReplacedOnlyWhenAskedTo) {
+  test::TempDir runs;
+  const std::string out = runs.file("run");
+  ASSERT_EQ(train(out, "--max-steps 2").exit_status, 0);
+  const std::string results = read_file(out + "/results.json");
+  const test::CommandResult again = train(out, "--max-steps 2");
+  EXPECT_EQ(again.exit_status, 1) << again.output;
+  EXPECT_NE(again.output.find("--output-dir: " + out + ": holds an earlier run (metrics.jsonl, results.json, checkpoint-2): "
+                              "continue it with --resume auto"),
+            std::string::npos)
+      << again.output;
+  EXPECT_EQ(read_file(out + "/results.json"), results) << "the refused run changed the earlier one";
+
+  // Replaced: only the new run's records remain (one step, its own checkpoint).
+  const test::CommandResult replaced = train(out, "--max-steps 1 --overwrite_output_dir");
+  ASSERT_EQ(replaced.exit_status, 0) << replaced.output;
+  EXPECT_EQ(test::read_lines(out + "/metrics.jsonl").size(), 1u);
+  EXPECT_FALSE(fs::exists(out + "/checkpoint-2"));
+  EXPECT_TRUE(fs::exists(out + "/checkpoint-1"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + "/results.json"))["global_step"], 1);
+  // Continued: --resume auto from checkpoint-1 to step 2.
+  const test::CommandResult continued = train(out, "--max-steps 2 --resume auto");
+  ASSERT_EQ(continued.exit_status, 0) << continued.output;
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + "/results.json"))["resumed_from_step"], 1);
+}
+
+}  // namespace
+}  // namespace mpibert
