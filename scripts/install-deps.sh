@@ -37,10 +37,14 @@ apt_install() {
   [ $apt_updated = 1 ] || { $SUDO apt-get update -qq; apt_updated=1; }
   $SUDO apt-get install -y -qq --no-install-recommends "$@"
 }
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+# The packages named that dpkg does not have installed, one a line.
+not_installed() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+mapfile -t missing < <(not_installed "${packages[@]}")
 
 venv=${MPIBERT_VENV:-.venv}
 want_torch=1
@@ -70,10 +74,7 @@ if [ $want_torch = 1 ]; then
   torch_pid=$!
 fi
 
-remaining=()
-for p in "${missing[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || remaining+=("$p")
-done
+mapfile -t remaining < <(not_installed "${missing[@]}")  # python3-venv may be in by now
 if [ ${#remaining[@]} -eq 0 ]; then
   echo "install-deps: Debian packages present"
 else
