@@ -12,7 +12,6 @@
 #include "mpibert/dist/peers.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/core/error.hpp"
-#include "mpibert/train/option_checks.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/trainer.hpp"
 
@@ -197,7 +196,8 @@ int ModelCommands::Impl::run_predict() {
   return 0;
 }
 
-// The options that are not TrainOptions' (the process's), and how they fit together.
+// The options that are not TrainOptions' (the process's, run_qa's switches) and the model's
+// source; TrainOptions are checked by the trainer (option_checks.hpp).
 void ModelCommands::Impl::check_command_line() {
   if (options.model_dir.empty() == options.model_config.empty())
     throw InputError("give exactly one of --model (an HF directory) and --model-config (random initialization)");
@@ -216,10 +216,6 @@ void ModelCommands::Impl::check_command_line() {
   if (threads < 0) throw InputError(describe("--threads", std::to_string(threads), "must be at least 0 (0: LibTorch's default)"));
   if (!(collective_timeout >= 0))
     throw InputError(describe("--collective-timeout", std::to_string(collective_timeout), "must be at least 0 (0: wait forever)"));
-  if (options.overwrite_output_dir && !options.resume.empty())
-    throw InputError("--overwrite-output-dir replaces the run that --resume " + options.resume + " would continue: give one of them");
-  check_train_options(options);
-  check_output_dir_is_free(options);
 }
 
 int ModelCommands::Impl::run_train() {

@@ -83,6 +83,8 @@ void check_train_options(const TrainOptions& o) {
 }
 
 void check_output_dir_is_free(const TrainOptions& o) {
+  if (o.overwrite_output_dir && !o.resume.empty())
+    throw InputError("--overwrite-output-dir replaces the run that --resume " + o.resume + " would continue: give one of them");
   if (!o.resume.empty() || o.overwrite_output_dir || !fs::exists(o.output_dir)) return;
   const std::string earlier = earlier_run_files(o.output_dir);
   if (earlier.empty()) return;

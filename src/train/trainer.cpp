@@ -155,7 +155,6 @@ class Trainer {
 };
 
 Trainer::Trainer(const TrainOptions& options) : options_(options) {
-  check_train_options(options_);
   set_up_model_and_data();
   set_up_schedule();
   // Setup succeeded on every rank: now the run directory is written.
@@ -204,6 +203,8 @@ void Trainer::set_up_model_and_data() {
   torch::manual_seed(options_.seed);
   resume_from_ = options_.resume;
   agree_on(ranks_, [&] {
+    check_train_options(options_);
+    check_output_dir_is_free(options_);
     device_ = select_device(options_.device, local_rank());
     model_holder_ = options_.model_dir.empty() ? BertForQuestionAnswering(BertConfig::load(options_.model_config), options_.model)
                                                : load_pretrained(options_.model_dir, options_.vocab, options_.model);

@@ -3,7 +3,8 @@
 // range it must lie in (a batch of 0 would divide by zero an hour later; a ratio of 1.5 would
 // train with a schedule nobody asked for). What depends on the data (an epoch shorter than an
 // accumulation window, eval shards of another vocabulary or sequence length) is checked by the
-// trainer as it opens the shards, still before anything is written.
+// trainer as it opens the shards, still before anything is written. The trainer calls these first
+// in its setup, where the ranks agree on failures (one rank reports).
 #pragma once
 
 #include <string>
@@ -16,7 +17,8 @@ void check_train_options(const TrainOptions& options);
 
 // The run directory holds an earlier run (its metrics.jsonl, results.json or a checkpoint), and
 // this one neither continues it (--resume) nor replaces it (--overwrite-output-dir): an
-// InputError saying which. Mixing two runs' records in one directory would make both unreadable.
+// InputError saying which (and one for asking both). Mixing two runs' records in one directory
+// would make both unreadable.
 void check_output_dir_is_free(const TrainOptions& options);
 
 // --overwrite-output-dir: removes what an earlier run wrote into the run directory (its
