@@ -512,12 +512,12 @@ void Trainer::write_hf_names(const nlohmann::ordered_json& results) const {
   hf.total_flos = state_.total_flos;
   hf.best_metric = state_.best_metric;
   hf.best_global_step = state_.best_step;
-  const std::string best_checkpoint = options_.output_dir + "/checkpoint-" + std::to_string(state_.best_step);
+  const std::string best_checkpoint = checkpoint_dir(options_.output_dir, state_.best_step);
   if (state_.best_metric && fs::exists(best_checkpoint)) hf.best_model_checkpoint = best_checkpoint;
   const nlohmann::json history =
       hf_log_history(options_.output_dir + "/metrics.jsonl", options_.logging_steps, steps_per_epoch_, state_.global_step, results);
   write_hf_run_files(options_.output_dir, results, hf, history);
-  publish_final_model(options_.output_dir, options_.output_dir + "/checkpoint-" + std::to_string(state_.global_step));
+  publish_final_model(options_.output_dir, checkpoint_dir(options_.output_dir, state_.global_step));
 }
 
 }  // namespace

@@ -84,6 +84,10 @@ nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
           {"loss_history", history}};
 }
 
+std::string checkpoint_dir(const std::string& output_dir, int64_t step) {
+  return (fs::path(output_dir) / ("checkpoint-" + std::to_string(step))).string();
+}
+
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
   std::vector<fs::path> found;
   if (fs::exists(output_dir))
@@ -95,7 +99,7 @@ std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
 
 void save_training_checkpoint(const CheckpointContext& context, BertForQuestionAnswering& model, DataParallel& parallel,
                               const TrainerState& state, const torch::Device& device) {
-  const fs::path final_dir = fs::path(context.output_dir) / ("checkpoint-" + std::to_string(state.global_step));
+  const fs::path final_dir = checkpoint_dir(context.output_dir, state.global_step);
   const fs::path staging = fs::path(context.output_dir) / (".checkpoint-" + std::to_string(state.global_step) + ".tmp");
   const bool root = context.rank == 0;
   if (root) {

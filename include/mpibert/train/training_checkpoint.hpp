@@ -39,6 +39,9 @@ struct CheckpointContext {
   int64_t save_total_limit = 0;  // checkpoints kept (0: all)
 };
 
+// OUTPUT_DIR/checkpoint-STEP, the checkpoint of a step.
+std::string checkpoint_dir(const std::string& output_dir, int64_t step);
+
 // Checkpoint directories of a run, oldest first.
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir);
 
