@@ -308,10 +308,9 @@ def read_hparams(path):
     return value if isinstance(value, dict) else {}
 
 
-def column(rows, meaning):
-    names = LIGHTNING_COLUMNS[meaning]
-    present = set().union(*(r.keys() for r in rows)) if rows else set()
-    return next((n for n in names if n in present), None)
+def column(present, meaning):
+    """The first of the meaning's names among the columns that hold a value."""
+    return next((n for n in LIGHTNING_COLUMNS[meaning] if n in present), None)
 
 
 def last_value(rows, name):
@@ -322,8 +321,8 @@ def last_value(rows, name):
     return None
 
 
-def read_lightning(path, order):
-    folder, chosen = lightning_version_dir(path)
+def read_lightning(path, order, folder, chosen):
+    """PATH's log in FOLDER (lightning_version_dir's), CHOSEN the version taken among several."""
     run = Run(path, order, "Lightning")
     if chosen:
         run.notes.append("read %s, the newest of its versions" % chosen)
@@ -337,7 +336,8 @@ def read_lightning(path, order):
         raise RunError("%s: no rows" % file)
     hparams = read_hparams(folder)
 
-    names = {meaning: column(rows, meaning) for meaning in LIGHTNING_COLUMNS}
+    present = set().union(*(r.keys() for r in rows))
+    names = {meaning: column(present, meaning) for meaning in LIGHTNING_COLUMNS}
     for row in rows:
         step = num(row.get("step"))
         if step is None:
@@ -402,8 +402,9 @@ def read_run(path, order):
         return read_mpibert(path, order)
     if is_hf_trainer_dir(path):
         return read_hf_trainer(path, order)
-    if lightning_version_dir(path)[0]:
-        return read_lightning(path, order)
+    folder, chosen = lightning_version_dir(path)
+    if folder:
+        return read_lightning(path, order, folder, chosen)
     raise RunError("%s: results.json is missing (expected %s from `mpibert train --output-dir %s`), and it is "
                    "neither an HF Trainer output_dir (all_results.json, trainer_state.json) nor a Lightning "
                    "CSV log (metrics.csv)" % (path, os.path.join(path, "results.json"), path))
