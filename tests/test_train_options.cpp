@@ -18,6 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+struct BadOption {
+  std::string options;  // added to a command line that otherwise runs
+  std::string message;  // what the refusal must say
+};
+
 class TrainOptions : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -51,14 +56,23 @@ class TrainOptions : public ::testing::Test {
                              " --output-dir " + out + defaults + " --log-level warn " + extra + " 2>&1");
   }
 
+  // Each row, run into a directory of its own: exit status 1, the message, and no directory made.
+  static void expect_each_refused(const std::vector<BadOption>& table) {
+    test::TempDir runs;
+    int row = 0;
+    for (const BadOption& bad : table) {
+      SCOPED_TRACE(bad.options);
+      const std::string out = runs.file("run-" + std::to_string(row++));
+      const test::CommandResult result = train(out, bad.options);
+      EXPECT_EQ(result.exit_status, 1) << result.output;
+      EXPECT_NE(result.output.find(bad.message), std::string::npos) << result.output;
+      EXPECT_FALSE(fs::exists(out)) << "the refused run made its directory";
+    }
+  }
+
   static test::TempDir* data_;
 };
 test::TempDir* TrainOptions::data_ = nullptr;
-
-struct BadOption {
-  std::string options;  // added to a command line that otherwise runs
-  std::string message;  // what the refusal must say
-};
 
 TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
   const std::vector<BadOption> table = {
@@ -99,16 +113,7 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--overwrite-output-dir --resume auto", "--overwrite-output-dir replaces the run that --resume auto would continue"},
       {"--do_eval", "--do_eval needs --eval-shards"},
   };
-  test::TempDir runs;
-  int row = 0;
-  for (const BadOption& bad : table) {
-    SCOPED_TRACE(bad.options);
-    const std::string out = runs.file("run-" + std::to_string(row++));
-    const test::CommandResult result = train(out, bad.options);
-    EXPECT_EQ(result.exit_status, 1) << result.output;
-    EXPECT_NE(result.output.find(bad.message), std::string::npos) << result.output;
-    EXPECT_FALSE(fs::exists(out)) << "the refused run made its directory";
-  }
+  expect_each_refused(table);
 }
 
 TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) {
@@ -120,15 +125,7 @@ TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) 
       {"--eval-shards " + data_->file("eval-256"), "prepared with max_seq_length 256, the training shards with 384"},
       {"--eval-shards " + data_->file("eval-other-vocab"), "prepared with another vocabulary (other/vocab.txt)"},
   };
-  int row = 0;
-  for (const BadOption& bad : table) {
-    SCOPED_TRACE(bad.options);
-    const std::string out = runs.file("data-" + std::to_string(row++));
-    const test::CommandResult result = train(out, bad.options);
-    EXPECT_EQ(result.exit_status, 1) << result.output;
-    EXPECT_NE(result.output.find(bad.message), std::string::npos) << result.output;
-    EXPECT_FALSE(fs::exists(out)) << "the refused run made its directory";
-  }
+  expect_each_refused(table);
   const test::CommandResult fits = train(runs.file("fits"), "--eval-shards " + data_->file("eval") + " --gradient-accumulation 2");
   EXPECT_EQ(fits.exit_status, 0) << fits.output;
 }
