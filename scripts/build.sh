@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# Configures and builds mpibert into build/ (binaries in build/bin/): every target, or only those
-# named (scripts/main_job.sh builds mpibert and mpibert-prep alone). Compiles through ccache when
-# it is installed.
-#   scripts/build.sh [TARGET...]
+# Configures and builds mpibert (binaries in BUILD/bin/): every target, or only those named
+# (scripts/main_job.sh builds mpibert and mpibert-prep alone). Compiles through ccache when it is
+# installed.
+#   scripts/build.sh [--asan|--tsan] [TARGET...]
+#     (default)  build/, Release, the system compiler
+#     --asan     build-asan/, clang, AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer
+#                harnesses (tests/fuzz): scripts/fuzz.sh and scripts/sanitize.sh use it
+#     --tsan     build-tsan/, clang, ThreadSanitizer (scripts/sanitize.sh thread)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dir=build
+config=(-DCMAKE_BUILD_TYPE=Release)
+case "${1:-}" in
+  --asan) dir=build-asan; shift
+          config=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+                  -DMPIBERT_SANITIZE=address,undefined -DMPIBERT_FUZZ=ON) ;;
+  --tsan) dir=build-tsan; shift
+          config=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+                  -DMPIBERT_SANITIZE=thread) ;;
+esac
 launcher=()
 if command -v ccache >/dev/null; then
   # The precompiled LibTorch header is compiled through ccache too: it needs these sloppinesses.
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_COMMAND:-cmake};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache")
 fi
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" > build.log 2>&1 || { cat build.log; exit 1; }
+log=$dir.log
+cmake -S . -B "$dir" -G Ninja "${config[@]}" "${launcher[@]}" > "$log" 2>&1 || { cat "$log"; exit 1; }
 targets=()
 [ $# -eq 0 ] || targets=(--target "$@")
-cmake --build build -j "$(nproc)" "${targets[@]}" >> build.log 2>&1 || { tail -50 build.log; exit 1; }
-echo "build: binaries in $(pwd)/build/bin"
+cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >> "$log" 2>&1 || { tail -50 "$log"; exit 1; }
+echo "build: binaries in $(pwd)/$dir/bin"

@@ -3,14 +3,15 @@
 #  - Debian packages (without recommends): compilers, Open MPI, HDF5, spdlog, CLI11, GoogleTest...;
 #    with --with-reports also python3-matplotlib and python3-yaml for /usr/bin/python3
 #    (results/compare's plots and the hparams.yaml of Lightning logs; the tests need them, the main
-#    job does not);
+#    job does not); with --with-sanitizers clang and its sanitizer and libFuzzer runtimes
+#    (scripts/fuzz.sh, scripts/sanitize.sh);
 #  - LibTorch: PyTorch's wheel from PyPI (torch==2.11.0, the version of the GPU image, built for
 #    CUDA 13.0 with cuDNN, NCCL and Kineto) in the project's virtual environment .venv/. The build
 #    finds it there (CMakeLists.txt); on a machine without a GPU its CUDA LibTorch runs on the CPU.
 #    MPIBERT_VENV names another environment; a cluster's own LibTorch is given to CMake instead
 #    (-DTorch_DIR or -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
 # On a fresh machine PyPI's download (about 4.5 GB) runs while apt installs the Debian packages.
-#   scripts/install-deps.sh [--with-reports]
+#   scripts/install-deps.sh [--with-reports] [--with-sanitizers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,11 +24,13 @@ packages=(
   libprotobuf-dev protobuf-compiler
   python3-venv
 )
-case "${1:-}" in
-  --with-reports) packages+=(python3-matplotlib python3-yaml) ;;
-  "") ;;
-  *) echo "usage: scripts/install-deps.sh [--with-reports]" >&2; exit 2 ;;
-esac
+for option in "$@"; do
+  case "$option" in
+    --with-reports) packages+=(python3-matplotlib python3-yaml) ;;
+    --with-sanitizers) packages+=(clang libclang-rt-dev) ;;
+    *) echo "usage: scripts/install-deps.sh [--with-reports] [--with-sanitizers]" >&2; exit 2 ;;
+  esac
+done
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

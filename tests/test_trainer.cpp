@@ -76,7 +76,7 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
     if (name.rfind("checkpoint-", 0) == 0) checkpoints.push_back(name);
   ASSERT_EQ(checkpoints.size(), 2u);
   EXPECT_EQ(test::TempDir::entries_of(run.file("checkpoint-" + std::to_string(steps))),
-            (std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors", "rank-0.safetensors",
+            (std::vector<std::string>{"checksums.json", "config.json", "model.safetensors", "optimizer.safetensors", "rank-0.safetensors",
                                       "tokenizer_config.json", "trainer_state.json", "vocab.txt"}));
   const std::string events = run.file("tensorboard/" + test::TempDir::entries_of(run.file("tensorboard")).front());
   std::map<std::string, int> counts;
@@ -382,6 +382,61 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("checkpoint trained with another vocab"), std::string::npos) << e.what();
   }
+}
+
+// A checkpoint damaged on disk (a flipped byte, a file cut short, its checksums gone) is refused
+// by name when asked for, and --resume auto falls back to the newest intact one.
+TEST_F(Trainer, DamagedCheckpointIsRefusedAndAutoResumeTakesTheOneBefore) {
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.eval_dir.clear();
+  o.save_steps = 1;
+  o.save_total_limit = 0;  // keep all three
+  o.stop_after_steps = 3;
+  train(o);
+  const std::string newest = run.file("checkpoint-3"), before = run.file("checkpoint-2");
+  auto flip_byte = [](const std::string& path, size_t at) {
+    std::string bytes = read_file_bytes(path);
+    bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
+    test::write_text(path, bytes);
+  };
+  flip_byte(newest + "/model.safetensors", read_file_bytes(newest + "/model.safetensors").size() - 5);
+  TrainOptions resume = o;
+  resume.stop_after_steps = 1;
+  resume.resume = newest;
+  std::string error = test::error_of([&] { train(resume); });
+  EXPECT_NE(error.find(newest + "/model.safetensors: CRC-32"), std::string::npos) << error;
+  EXPECT_NE(error.find("the file is damaged"), std::string::npos) << error;
+
+  const std::string own = before + "/rank-0.safetensors";
+  test::write_text(own, read_file_bytes(own).substr(0, 100));
+  resume.resume = before;
+  error = test::error_of([&] { train(resume); });
+  EXPECT_NE(error.find(own + ": has 100 bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("cut short"), std::string::npos) << error;
+
+  fs::remove(run.file("checkpoint-1/checksums.json"));
+  resume.resume = run.file("checkpoint-1");
+  error = test::error_of([&] { train(resume); });
+  EXPECT_NE(error.find("checksums.json: missing: the checkpoint is incomplete"), std::string::npos) << error;
+
+  // Nothing intact: auto refuses rather than start over beside three damaged checkpoints.
+  resume.resume = "auto";
+  error = test::error_of([&] { train(resume); });
+  EXPECT_NE(error.find("none of its 3 checkpoints is intact"), std::string::npos) << error;
+
+  // With an intact one behind the damaged ones, auto takes it.
+  TrainOptions again = options(run.file("again"));
+  again.eval_dir.clear();
+  again.save_steps = 1;
+  again.stop_after_steps = 2;
+  train(again);
+  flip_byte(run.file("again/checkpoint-2/trainer_state.json"), 3);
+  again.resume = "auto";
+  again.stop_after_steps = 1;
+  const nlohmann::ordered_json resumed = train(again);
+  EXPECT_EQ(resumed["resumed_from_step"], 1);
+  EXPECT_EQ(resumed["global_step"], 2);
 }
 
 // Shards from mpibert-prep record their vocab's digest: training them with another vocab.txt of

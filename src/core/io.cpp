@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "mpibert/core/error.hpp"
 
@@ -75,12 +76,28 @@ std::string read_file(const std::string& path) {
 nlohmann::json read_json_file(const std::string& path) {
   try {
     return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw InputError(describe(path, "", std::string("not valid JSON: ") + e.what()));
   }
 }
 
 std::string sha256_file(const std::string& path) { return sha256_hex(read_file_bytes(path)); }
+
+FileChecksum checksum_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(describe(path, "", std::string("cannot open: ") + std::strerror(errno)));
+  FileChecksum sum;
+  sum.crc32 = static_cast<uint32_t>(crc32(0L, Z_NULL, 0));
+  std::vector<char> chunk(size_t{1} << 20);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = in.gcount();
+    sum.crc32 = static_cast<uint32_t>(crc32(sum.crc32, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(got)));
+    sum.bytes += got;
+  }
+  if (in.bad()) throw InputError(describe(path, "", "read failed"));
+  return sum;
+}
 
 std::string temporary_path_for(const std::string& final_path) {
   return final_path + ".tmp." + std::to_string(::getpid());

@@ -3,6 +3,8 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <optional>
 
 namespace mpibert {
@@ -80,6 +82,8 @@ void BatchLoader::start(int64_t micro_batch) {
 }
 
 Batch BatchLoader::next() {
+  if (exhausted())
+    throw std::logic_error("BatchLoader::next: all " + std::to_string(count_) + " micro-batches of the epoch were delivered");
   Batch batch = pending_.get();
   if (++next_ < count_) start(next_);
   return batch.to(device_);

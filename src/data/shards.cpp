@@ -13,6 +13,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/core/json_fields.hpp"
 
 namespace mpibert {
 namespace {
@@ -412,41 +413,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Typed access to manifest.json; errors name the file and the field ("shards[1].file").
-class ManifestFields {
- public:
-  explicit ManifestFields(std::string path) : path_(std::move(path)) {}
-
-  [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
-    throw InputError(describe(path_, field.empty() ? "" : "field " + field, problem));
-  }
-  const Json& get(const Json& object, const std::string& object_name, const char* key, Json::value_t type) const {
-    const std::string field = object_name.empty() ? key : object_name + "." + key;
-    const auto found = object.find(key);
-    if (found == object.end()) fail(field, "missing");
-    const bool integer_wanted = type == Json::value_t::number_integer;
-    if (integer_wanted ? !found->is_number_integer() : found->type() != type)
-      fail(field, std::string("must be ") + (integer_wanted ? "an integer" : Json(type).type_name()) + ", not " +
-                      found->type_name());
-    return *found;
-  }
-  std::string text(const Json& object, const std::string& object_name, const char* key) const {
-    return get(object, object_name, key, Json::value_t::string).get<std::string>();
-  }
-  template <class T>
-  T integer(const Json& object, const std::string& object_name, const char* key) const {  // never negative
-    const Json& value = get(object, object_name, key, Json::value_t::number_integer);
-    const bool fits = value.is_number_unsigned()
-                          ? value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                          : value.get<int64_t>() >= 0 && value.get<int64_t>() <= std::numeric_limits<T>::max();
-    if (!fits) fail((object_name.empty() ? "" : object_name + ".") + key, "is out of range: " + value.dump());
-    return static_cast<T>(value.get<int64_t>());
-  }
-
- private:
-  std::string path_;
-};
-
 void check_matches_manifest(const std::string& path, const ShardHeader& header, const Manifest& manifest,
                             const ShardEntry& entry) {
   auto expect_same = [&](const char* attribute, const Json& in_shard, const Json& in_manifest) {
@@ -496,14 +462,8 @@ std::string manifest_to_json(const Manifest& manifest) {
 
 Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifestName;
-  const ManifestFields fields(path);
-  Json root;
-  try {
-    root = Json::parse(read_file(path));
-  } catch (const Json::parse_error& error) {
-    fields.fail("", std::string("invalid JSON: ") + error.what());
-  }
-  if (!root.is_object()) fields.fail("", "must be a JSON object");
+  const JsonFields fields(path);
+  const Json root = fields.parse_object();
   if (fields.text(root, "", "format") != "mpibert-shards") fields.fail("format", "must be \"mpibert-shards\"");
   const int32_t version = fields.integer<int32_t>(root, "", "format_version");
   if (version != kShardFormatVersion)

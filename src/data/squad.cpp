@@ -77,6 +77,8 @@ SquadDataset parse_squad(const std::string& path, const std::string& text) {
   } catch (const json::parse_error& e) {
     size_t byte = e.byte > 0 ? e.byte - 1 : 0;
     throw InputError(describe(path, line_and_column(text, byte), std::string("not valid JSON: ") + e.what()));
+  } catch (const json::exception& e) {  // out_of_range: a number beyond double's range, such as 1e400
+    throw InputError(describe(path, "", std::string("not valid JSON: ") + e.what()));
   }
 
   Validator check(path);

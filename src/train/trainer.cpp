@@ -202,6 +202,7 @@ void Trainer::set_up_model_and_data() {
   set_tf32(options_.tf32);
   torch::manual_seed(options_.seed);
   resume_from_ = options_.resume;
+  if (resume_from_ == "auto") resume_from_ = newest_intact_checkpoint(checkpoint_context());
   agree_on(ranks_, [&] {
     check_train_options(options_);
     check_output_dir_is_free(options_);
@@ -219,10 +220,6 @@ void Trainer::set_up_model_and_data() {
     if (!shards_vocab.empty() && sha256_file(options_.vocab) != shards_vocab)
       throw InputError(describe(options_.vocab, "", "is not the vocabulary " + options_.train_dir + " was prepared with (" +
                                                         store_->manifest().vocab_path + "): token ids would mean other words"));
-    if (resume_from_ == "auto") {
-      const auto found = checkpoints_by_step(options_.output_dir);
-      resume_from_ = found.empty() ? "" : found.back();
-    }
     if (!resume_from_.empty()) state_ = load_training_checkpoint_model(resume_from_, checkpoint_context(), model());
   });
   model()->to(device_);

@@ -4,12 +4,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <sstream>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/core/json_fields.hpp"
 #include "mpibert/dist/host_collectives.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 
@@ -62,8 +64,63 @@ std::string shape_mismatch(const BertConfig& a, const BertConfig& b) {
   return out.str();
 }
 
-void barrier_if_several(const CheckpointContext& context, const std::string& what) {
-  if (context.world_size > 1) barrier(what);
+// Hidden names beside the checkpoints: one being built, one being deleted.
+fs::path staging_dir(const std::string& output_dir, int64_t step) {
+  return fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".tmp");
+}
+bool is_hidden_checkpoint_work(const std::string& name) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return name.rfind(".checkpoint-", 0) == 0 && (ends_with(".tmp") || ends_with(".removing"));
+}
+
+// What a save or a deletion killed half-way left behind (the job was killed, not the disk).
+void remove_stale_checkpoint_work(const std::string& output_dir) {
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(output_dir, ignored))
+    if (is_hidden_checkpoint_work(entry.path().filename().string())) fs::remove_all(entry.path(), ignored);
+}
+
+// Renamed first, so that a deletion cut short leaves a hidden directory, not a damaged checkpoint.
+void remove_old_checkpoints(const std::string& output_dir, int64_t keep) {
+  const auto all = checkpoints_by_step(output_dir);
+  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < all.size(); ++i) {
+    const fs::path doomed = fs::path(output_dir) / ("." + fs::path(all[i]).filename().string() + ".removing");
+    rename_file(all[i], doomed.string());
+    fs::remove_all(doomed);
+  }
+}
+
+bool is_other_ranks_file(const std::string& name, int rank) {
+  return name.rfind("rank-", 0) == 0 && name != rank_file(rank);
+}
+
+std::string crc_hex(uint32_t crc) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", crc);
+  return text;
+}
+
+// Checksums of the files this rank wrote into `staging`: rank 0 all but the other ranks' own.
+nlohmann::ordered_json checksum_own_files(const fs::path& staging, int rank) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(staging)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    if (rank == 0 ? is_other_ranks_file(name, 0) : name != rank_file(rank)) continue;
+    const FileChecksum sum = checksum_file((staging / name).string());
+    files[name] = {{"bytes", sum.bytes}, {"crc32", crc_hex(sum.crc32)}};
+  }
+  return files;
+}
+
+// Every file of the checkpoint but checksums.json itself, from every rank's part.
+std::string checksums_json(const std::vector<std::string>& parts_of_ranks) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const std::string& part : parts_of_ranks) files.update(nlohmann::ordered_json::parse(part));
+  return nlohmann::ordered_json{{"format", "mpibert-checkpoint-checksums"}, {"algorithm", "crc32"}, {"files", files}}.dump(2) + "\n";
 }
 
 }  // namespace
@@ -99,43 +156,158 @@ std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
 
 void save_training_checkpoint(const CheckpointContext& context, BertForQuestionAnswering& model, DataParallel& parallel,
                               const TrainerState& state, const torch::Device& device) {
+  const Ranks ranks{context.rank, context.world_size};
   const fs::path final_dir = checkpoint_dir(context.output_dir, state.global_step);
-  const fs::path staging = fs::path(context.output_dir) / (".checkpoint-" + std::to_string(state.global_step) + ".tmp");
-  const bool root = context.rank == 0;
-  if (root) {
-    fs::remove_all(staging);
-    fs::create_directories(staging);
+  const fs::path staging = staging_dir(context.output_dir, state.global_step);
+  try {
+    agree_on(ranks, [&] {
+      if (!ranks.root()) return;
+      remove_stale_checkpoint_work(context.output_dir);
+      fs::create_directories(staging);
+    });
+    agree_on(ranks, [&] {
+      if (ranks.root()) {
+        save_pretrained(model, staging.string(), context.vocab);
+        if (!parallel.optimizer_state_is_sharded())
+          write_safetensors((staging / "optimizer.safetensors").string(), parallel.optimizer_state());
+        write_file_atomic((staging / "trainer_state.json").string(), state.to_json(model->config()).dump(2) + "\n");
+      }
+      std::vector<NamedTensor> own = {{"cpu_rng_state", rng_state(torch::kCPU)}};
+      if (device.is_cuda()) own.push_back({"cuda_rng_state", rng_state(device)});
+      if (parallel.optimizer_state_is_sharded())
+        for (auto& tensor : parallel.optimizer_state()) own.push_back(tensor);
+      write_safetensors((staging / rank_file(context.rank)).string(), own);
+    });
+    // Every part is written: each rank sums its own files (in parallel), rank 0 records them all.
+    std::string own_sums;
+    agree_on(ranks, [&] { own_sums = checksum_own_files(staging, context.rank).dump(); });
+    const std::vector<std::string> sums = ranks.size > 1 ? all_gather_strings(own_sums) : std::vector<std::string>{own_sums};
+    agree_on(ranks, [&] {
+      if (!ranks.root()) return;
+      write_file_atomic((staging / kCheckpointChecksumsName).string(), checksums_json(sums));
+      fs::remove_all(final_dir);
+      rename_file(staging.string(), final_dir.string());
+      spdlog::info("checkpoint: {}", final_dir.string());
+      remove_old_checkpoints(context.output_dir, context.save_total_limit);
+    });
+  } catch (...) {
+    std::error_code ignored;
+    if (ranks.root()) fs::remove_all(staging, ignored);  // the checkpoints before stay usable
+    throw;
   }
-  barrier_if_several(context, "the checkpoint directory " + staging.string());
-  if (root) {
-    save_pretrained(model, staging.string(), context.vocab);
-    if (!parallel.optimizer_state_is_sharded())
-      write_safetensors((staging / "optimizer.safetensors").string(), parallel.optimizer_state());
-    write_file_atomic((staging / "trainer_state.json").string(), state.to_json(model->config()).dump(2) + "\n");
+}
+
+std::map<std::string, FileChecksum> read_checkpoint_checksums(const std::string& path) {
+  const JsonFields fields(path);
+  const JsonFields::Json root = fields.parse_object();
+  if (fields.text(root, "", "format") != "mpibert-checkpoint-checksums")
+    fields.fail("format", "must be \"mpibert-checkpoint-checksums\"");
+  if (fields.text(root, "", "algorithm") != "crc32") fields.fail("algorithm", "must be \"crc32\"");
+  std::map<std::string, FileChecksum> sums;
+  for (const auto& [name, entry] : fields.get(root, "", "files", JsonFields::Json::value_t::object).items()) {
+    const std::string field = "files." + name;
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name == kCheckpointChecksumsName)
+      fields.fail(field, "must name a file of the checkpoint");
+    if (!entry.is_object()) fields.fail(field, "must be an object");
+    FileChecksum sum;
+    sum.bytes = fields.integer<int64_t>(entry, field, "bytes");
+    const std::string crc = fields.text(entry, field, "crc32");
+    if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+      fields.fail(field + ".crc32", "must be 8 lower-case hex digits");
+    sum.crc32 = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
+    sums[name] = sum;
   }
-  std::vector<NamedTensor> own = {{"cpu_rng_state", rng_state(torch::kCPU)}};
-  if (device.is_cuda()) own.push_back({"cuda_rng_state", rng_state(device)});
-  if (parallel.optimizer_state_is_sharded())
-    for (auto& tensor : parallel.optimizer_state()) own.push_back(tensor);
-  write_safetensors((staging / rank_file(context.rank)).string(), own);
-  barrier_if_several(context, "every rank's part of " + final_dir.string());
-  if (root) {
-    fs::remove_all(final_dir);
-    rename_file(staging.string(), final_dir.string());
-    spdlog::info("checkpoint: {}", final_dir.string());
-    const auto all = checkpoints_by_step(context.output_dir);
-    for (size_t i = 0; context.save_total_limit > 0 && i + static_cast<size_t>(context.save_total_limit) < all.size(); ++i)
-      fs::remove_all(all[i]);
+  return sums;
+}
+
+void verify_checkpoint(const std::string& dir, int rank) {
+  const std::string list = dir + "/" + kCheckpointChecksumsName;
+  if (!fs::exists(list))
+    throw InputError(describe(list, "", "missing: the checkpoint is incomplete (its save did not finish) or not mpibert's"));
+  const auto sums = read_checkpoint_checksums(list);
+  if (!sums.count(rank_file(rank)))
+    throw InputError(describe(list, "", "lists no " + rank_file(rank) + ": written by a run of fewer ranks"));
+  for (const auto& [name, expected] : sums) {
+    if (is_other_ranks_file(name, rank)) continue;
+    const std::string path = dir + "/" + name;
+    if (!fs::exists(path)) throw InputError(describe(path, "", "missing (" + std::string(kCheckpointChecksumsName) + " lists it)"));
+    const FileChecksum found = checksum_file(path);
+    if (found.bytes != expected.bytes)
+      throw InputError(describe(path, "", "has " + std::to_string(found.bytes) + " bytes, " + kCheckpointChecksumsName +
+                                              " says " + std::to_string(expected.bytes) + ": cut short or overwritten"));
+    if (found.crc32 != expected.crc32)
+      throw InputError(describe(path, "", "CRC-32 " + crc_hex(found.crc32) + ", " + kCheckpointChecksumsName + " says " +
+                                              crc_hex(expected.crc32) + ": the file is damaged"));
   }
-  barrier_if_several(context, "the rename of " + final_dir.string());
+}
+
+TrainerState read_trainer_state(const std::string& path) {
+  const JsonFields fields(path);
+  const JsonFields::Json json = fields.parse_object();
+  TrainerState state;
+  state.global_step = fields.integer<int64_t>(json, "", "global_step");
+  state.epoch = fields.integer<int64_t>(json, "", "epoch");
+  state.micro_batches_done = fields.integer<int64_t>(json, "", "micro_batches_done_in_epoch");
+  state.world_size = fields.integer<int>(json, "", "world_size", 1);
+  state.strategy = fields.text(json, "", "strategy");
+  const auto& history = fields.get(json, "", "loss_history", JsonFields::Json::value_t::array);
+  for (size_t i = 0; i < history.size(); ++i) {
+    const std::string entry = "loss_history[" + std::to_string(i) + "]";
+    if (!history[i].is_object()) fields.fail(entry, "must be an object");
+    state.loss_history.emplace_back(fields.integer<int64_t>(history[i], entry, "step"), fields.number(history[i], entry, "loss"));
+  }
+  if (json.contains("best_metric") && !json["best_metric"].is_null()) state.best_metric = fields.number(json, "", "best_metric");
+  if (json.contains("best_step")) state.best_step = fields.integer<int64_t>(json, "", "best_step", -1);
+  if (json.contains("total_flos")) state.total_flos = fields.number(json, "", "total_flos");
+  return state;
+}
+
+std::string newest_intact_checkpoint(const CheckpointContext& context) {
+  const Ranks ranks{context.rank, context.world_size};
+  // Rank 0's list: every rank tries the same checkpoints in the same order.
+  std::string listed;
+  for (const std::string& dir : checkpoints_by_step(context.output_dir)) listed += dir + "\n";
+  if (ranks.size > 1) listed = broadcast_string(listed, 0, "the list of checkpoints in " + context.output_dir);
+  std::vector<std::string> candidates;
+  std::istringstream lines(listed);
+  for (std::string dir; std::getline(lines, dir);) candidates.push_back(dir);
+  for (auto dir = candidates.rbegin(); dir != candidates.rend(); ++dir) {
+    std::string problem;
+    try {
+      verify_checkpoint(*dir, ranks.rank);
+    } catch (const std::exception& error) {
+      problem = error.what();
+    }
+    const int failing = ranks.size > 1 ? lowest_failing_rank(problem.empty()) : (problem.empty() ? -1 : 0);
+    if (failing < 0) return *dir;
+    if (failing == ranks.rank) spdlog::warn("--resume auto: {} refused: {}; trying the checkpoint before it", *dir, problem);
+  }
+  if (candidates.empty()) return "";
+  if (ranks.root())
+    throw InputError(describe(context.output_dir, "", "--resume auto: none of its " + std::to_string(candidates.size()) +
+                                                          " checkpoints is intact (each refused above)"));
+  throw PeerFailure("rank 0 found no intact checkpoint");
+}
+
+void restore_rng_state(const torch::Device& device, const SafetensorsFile& file, const std::string& name) {
+  const torch::Tensor state = file.get(name);
+  const torch::Tensor expected = rng_state(device);
+  if (state.scalar_type() != expected.scalar_type() || state.sizes() != expected.sizes())
+    throw InputError(describe(file.path(), name, std::string("is not a ") + (device.is_cuda() ? "CUDA" : "CPU") +
+                                                     " RNG state (" + c10::toString(state.scalar_type()) + " " +
+                                                     c10::str(state.sizes()) + ", expected " +
+                                                     c10::toString(expected.scalar_type()) + " " + c10::str(expected.sizes()) + ")"));
+  try {
+    set_rng_state(device, state);
+  } catch (const c10::Error& error) {
+    throw InputError(describe(file.path(), name, std::string("refused as an RNG state: ") + error.what_without_backtrace()));
+  }
 }
 
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
                                             BertForQuestionAnswering& model) {
-  const auto json = nlohmann::json::parse(read_file(dir + "/trainer_state.json"));
-  TrainerState state;
-  state.world_size = json.value("world_size", 1);
-  state.strategy = json.value("strategy", std::string("ddp"));
+  verify_checkpoint(dir, context.rank);
+  TrainerState state = read_trainer_state(dir + "/trainer_state.json");
   if (state.world_size != context.world_size)
     throw InputError(describe(dir, "trainer_state.json", "written by a run of " + std::to_string(state.world_size) +
                                                              " ranks; this run has " + std::to_string(context.world_size) +
@@ -149,13 +321,6 @@ TrainerState load_training_checkpoint_model(const std::string& dir, const Checkp
   if (!context.vocab.empty() && read_file_bytes(dir + "/vocab.txt") != read_file_bytes(context.vocab))
     throw InputError(describe(dir, "", "checkpoint trained with another vocab than " + context.vocab + " (its own is vocab.txt there)"));
   load_state(model, SafetensorsFile::open(dir + "/model.safetensors"));
-  state.global_step = json.at("global_step");
-  state.epoch = json.at("epoch");
-  state.micro_batches_done = json.at("micro_batches_done_in_epoch");
-  for (const auto& entry : json.at("loss_history")) state.loss_history.emplace_back(entry.at("step"), entry.at("loss"));
-  if (json.contains("best_metric") && !json["best_metric"].is_null()) state.best_metric = json["best_metric"].get<double>();
-  state.best_step = json.value("best_step", int64_t{-1});
-  state.total_flos = json.value("total_flos", 0.0);
   return state;
 }
 
@@ -168,10 +333,10 @@ void load_training_checkpoint_rest(const std::string& dir, const CheckpointConte
   } else {
     parallel.load_optimizer_state(SafetensorsFile::open(dir + "/optimizer.safetensors"), dir + "/optimizer.safetensors");
   }
-  set_rng_state(torch::kCPU, own.get("cpu_rng_state"));
+  restore_rng_state(torch::kCPU, own, "cpu_rng_state");
   if (device.is_cuda()) {
     if (own.find("cuda_rng_state")) {
-      set_rng_state(device, own.get("cuda_rng_state"));
+      restore_rng_state(device, own, "cuda_rng_state");
     } else {
       spdlog::warn("{}: written on a CPU, no CUDA RNG state: dropout masks will differ from an uninterrupted GPU run", own_path);
     }

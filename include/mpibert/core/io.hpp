@@ -22,6 +22,14 @@ nlohmann::json read_json_file(const std::string& path);
 std::string sha256_hex(std::string_view bytes);
 std::string sha256_file(const std::string& path);
 
+// Size and CRC-32 (zlib's, as gzip and PNG use) of a file's raw bytes: checkpoint checksums,
+// computed at about 3 GB/s where SHA-256 runs at 0.12 (a bert-base checkpoint holds 1.3 GB).
+struct FileChecksum {
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
+  bool operator==(const FileChecksum& other) const { return bytes == other.bytes && crc32 == other.crc32; }
+};
+FileChecksum checksum_file(const std::string& path);
 // A temporary name beside `final_path`, unique to this process.
 std::string temporary_path_for(const std::string& final_path);
 

@@ -41,7 +41,7 @@ class BatchLoader {
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   bool exhausted() const { return next_ >= count_; }
-  Batch next();
+  Batch next();  // std::logic_error once exhausted
 
  private:
   void start(int64_t micro_batch);

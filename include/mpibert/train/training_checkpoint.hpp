@@ -1,17 +1,21 @@
 // The trainer's checkpoints, RUN/checkpoint-STEP/: an HF model directory (checkpoint.hpp) plus
 // what an exact resume needs: trainer_state.json (where the loop stands), optimizer.safetensors
-// (AdamW moments; zero1: each rank's slices in its own file) and rank-R.safetensors (that rank's
-// CPU and, on a GPU, CUDA RNG state).
+// (AdamW moments; zero1: each rank's slices in its own file), rank-R.safetensors (that rank's
+// CPU and, on a GPU, CUDA RNG state) and, written last, checksums.json (size and CRC-32 of every
+// other file): a checkpoint cut short or damaged on disk is refused by name, never half-loaded.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "mpibert/core/io.hpp"
 #include "mpibert/dist/data_parallel.hpp"
 #include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/safetensors.hpp"
 
 namespace mpibert {
 
@@ -45,15 +49,40 @@ std::string checkpoint_dir(const std::string& output_dir, int64_t step);
 // Checkpoint directories of a run, oldest first.
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir);
 
+inline constexpr const char* kCheckpointChecksumsName = "checksums.json";
+
+// checksums.json of a checkpoint: file name -> size and CRC-32. InputError naming the file and
+// the field when it is not such a record.
+std::map<std::string, FileChecksum> read_checkpoint_checksums(const std::string& path);
+
+// Checks the files of checkpoint `dir` that rank `rank` reads (all but other ranks' own files)
+// against its checksums.json; the first one missing, cut or changed is an InputError naming it.
+void verify_checkpoint(const std::string& dir, int rank);
+
+// trainer_state.json, parsed and checked (InputError naming the file and the field).
+TrainerState read_trainer_state(const std::string& path);
+
+// For --resume auto: the newest checkpoint of the run whose files check out on every rank, "" when
+// the run has none. Each one refused is logged with its reason; when every one is refused, rank 0
+// throws an InputError (the others a PeerFailure). Collective: every rank calls it.
+std::string newest_intact_checkpoint(const CheckpointContext& context);
+
+// Sets `device`'s default generator to the state stored as `name` in `file`; a tensor that is not
+// such a state is an InputError naming the file and the tensor.
+void restore_rng_state(const torch::Device& device, const SafetensorsFile& file, const std::string& name);
+
 // Every rank calls it at the same step. Built under a temporary name and renamed once every rank
 // has written its part: rank 0 the model, the trainer state and (unless sharded) the optimizer;
-// every rank its RNG states and (zero1) its optimizer slices. Older checkpoints beyond
-// save_total_limit are removed.
+// every rank its RNG states and (zero1) its optimizer slices; then rank 0 the checksums. A rank
+// that fails (a full disk) fails the save on every rank at once: the staging directory is removed
+// and the checkpoints before stay as they were. Older checkpoints beyond save_total_limit are
+// renamed away before they are deleted, so that no half-deleted one is ever taken for a checkpoint.
 void save_training_checkpoint(const CheckpointContext& context, BertForQuestionAnswering& model, DataParallel& parallel,
                               const TrainerState& state, const torch::Device& device);
 
 // The trainer state and the model weights of a checkpoint; refuses a checkpoint of another model
-// shape, vocab, number of ranks or strategy (InputError naming the file).
+// shape, vocab, number of ranks or strategy, or one whose files do not match their checksums
+// (InputError naming the file).
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
                                             BertForQuestionAnswering& model);
 // The optimizer state and this rank's RNG states. A checkpoint written on a CPU restores no CUDA

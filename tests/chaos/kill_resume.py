@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Kill anywhere, resume, lose nothing.
+
+Trains a small BERT on R MPI ranks with a checkpoint every step and an evaluation every few steps,
+once without interruption (the reference), then again while killing it with SIGKILL at random
+moments: one random rank, or every process of the job at once (mpirun included, as a node that
+dies). After each kill the job must be gone within a deadline (no process left), every
+checkpoint-* directory present must match its checksums.json, and the run goes on with
+`--resume auto`. Once the kills are done the run finishes, and its final model.safetensors must be
+byte-identical to the reference's. Prints a line per kill and a summary; exit 1 on any failure.
+
+  tests/chaos/kill_resume.py --ranks 2 --kills 12 [--seed 1] [--steps 24] [--work DIR]
+"""
+import argparse, json, os, random, re, shutil, signal, subprocess, sys, tempfile, time, zlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("MPIBERT_BIN_DIR", os.path.join(ROOT, "build", "bin"))
+MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
+VOCAB = os.path.join(ROOT, "data_prep", "data", "bert-base-uncased", "vocab.txt")
+SQUAD = os.path.join(ROOT, "data_prep", "data", "squad", "dev-v1.1.json.gz")
+GONE_DEADLINE = 30.0  # seconds for the whole job to come down after a kill
+
+
+def run(args, **kw):
+    return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def prepare(work):
+    """Shards of one article to train on and one to evaluate, and the fixture's tiny model with dropout."""
+    for split, articles in (("train", "0:1"), ("eval", "47:48")):
+        part = os.path.join(work, split + ".json")
+        run([os.path.join(BIN, "mpibert-prep"), "split", SQUAD, "--articles", articles, "--out", part])
+        run([os.path.join(BIN, "mpibert-prep"), "--input", part, "--vocab", VOCAB, "--out", os.path.join(work, split),
+             "--split", split, "--log-level", "warn"])
+    config = json.load(open(os.path.join(ROOT, "tests", "fixtures", "model", "config.json")))
+    config.update(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)  # a resume must restore the RNG
+    json.dump(config, open(os.path.join(work, "config.json"), "w"))
+
+
+def train_command(work, out, ranks, steps):
+    return [MPIEXEC, "-n", str(ranks), "--oversubscribe", "--bind-to", "none", os.path.join(BIN, "mpibert"), "train",
+            "--train-shards", os.path.join(work, "train"), "--eval-shards", os.path.join(work, "eval"),
+            "--output-dir", out, "--model-config", os.path.join(work, "config.json"), "--vocab", VOCAB,
+            "--max-steps", str(steps), "--batch-size", "4", "--learning-rate", "1e-3", "--warmup-ratio", "0.1",
+            "--save-steps", "1", "--save-total-limit", "3", "--eval-steps", "6", "--logging-steps", "1",
+            "--threads", "1", "--seed", "7", "--resume", "auto", "--collective-timeout", "60"]
+
+
+def processes_of(marker):
+    """PIDs of processes whose command line holds `marker` (the run's unique output directory)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def rank_of(pid):
+    try:
+        environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    for entry in environ:
+        if entry.startswith(b"OMPI_COMM_WORLD_RANK="):
+            return int(entry.split(b"=", 1)[1])
+    return None
+
+
+def checkpoint_problems(out):
+    """Every checkpoint-* directory must match its checksums.json; returns what does not."""
+    problems = []
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        if not re.fullmatch(r"checkpoint-\d+", name):
+            continue
+        folder = os.path.join(out, name)
+        try:
+            files = json.load(open(os.path.join(folder, "checksums.json")))["files"]
+        except (OSError, ValueError, KeyError) as error:
+            problems.append(f"{name}: checksums.json unreadable ({error})")
+            continue
+        for file, expected in files.items():
+            try:
+                data = open(os.path.join(folder, file), "rb").read()
+            except OSError as error:
+                problems.append(f"{name}/{file}: {error}")
+                continue
+            if len(data) != expected["bytes"] or "%08x" % zlib.crc32(data) != expected["crc32"]:
+                problems.append(f"{name}/{file}: does not match checksums.json")
+    return problems
+
+
+def moment(out, log_text):
+    """Where the kill landed, from what the run left: a checkpoint half-written, an evaluation, a step."""
+    if any(n.startswith(".checkpoint-") and n.endswith(".tmp") for n in os.listdir(out) if os.path.isdir(out)):
+        return "checkpoint write"
+    lines = [l for l in log_text.splitlines() if "] " in l]
+    last = lines[-1] if lines else ""
+    if "training on" not in log_text.split("resumed from")[-1] and "step " not in last:
+        return "setup"
+    if "eval at step" in last or "evaluat" in last:
+        return "after an evaluation"
+    if "checkpoint:" in last:
+        return "after a checkpoint"
+    return "training step"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--kills", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--work", help="keep the runs here (default: a temporary directory, removed)")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    work = args.work or tempfile.mkdtemp(prefix="mpibert-chaos-")
+    os.makedirs(work, exist_ok=True)
+    failures = []
+    try:
+        prepare(work)
+        reference = os.path.join(work, "reference")
+        started = time.time()
+        run(train_command(work, reference, args.ranks, args.steps))
+        duration = time.time() - started
+        print(f"reference run: {args.ranks} ranks, {args.steps} steps, {duration:.1f} s", flush=True)
+
+        out = os.path.join(work, "chaos")
+        kills, attempts, moments = 0, 0, {}
+        while True:
+            attempts += 1
+            log_path = os.path.join(work, f"attempt-{attempts:02d}.log")
+            log = open(log_path, "w")
+            job = subprocess.Popen(train_command(work, out, args.ranks, args.steps), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+            if kills >= args.kills:  # the last attempt runs to the end
+                status = job.wait(timeout=600)
+                log.close()
+                if status != 0:
+                    failures.append(f"final attempt exited {status}: see {log_path}")
+                break
+            deadline = time.time() + rng.uniform(0.5, duration)
+            while time.time() < deadline and job.poll() is None:
+                time.sleep(0.05)
+            if job.poll() is not None:  # finished before the kill: the run is complete
+                log.close()
+                if job.returncode != 0:
+                    failures.append(f"attempt {attempts} exited {job.returncode}: see {log_path}")
+                print(f"attempt {attempts}: finished before its kill", flush=True)
+                break
+            ranks = {rank_of(p): p for p in processes_of(out) if rank_of(p) is not None}
+            whole_job = rng.random() < 0.3 or not ranks
+            where = moment(out, open(log_path).read())
+            if whole_job:
+                target = "every process"
+                os.killpg(job.pid, signal.SIGKILL)
+            else:
+                rank = rng.choice(sorted(ranks))
+                target = f"rank {rank}"
+                os.kill(ranks[rank], signal.SIGKILL)
+            killed_at = time.time()
+            try:
+                job.wait(timeout=GONE_DEADLINE)
+            except subprocess.TimeoutExpired:
+                failures.append(f"kill {kills + 1}: mpirun still running {GONE_DEADLINE:.0f} s after the kill")
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+            while processes_of(out) and time.time() - killed_at < GONE_DEADLINE:
+                time.sleep(0.1)
+            left = processes_of(out)
+            gone = time.time() - killed_at
+            log.close()
+            kills += 1
+            moments[where] = moments.get(where, 0) + 1
+            if left:
+                failures.append(f"kill {kills}: processes left behind: {left}")
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)
+            problems = checkpoint_problems(out)
+            failures += [f"kill {kills}: {p}" for p in problems]
+            present = sorted((n for n in os.listdir(out) if re.fullmatch(r"checkpoint-\d+", n)), key=lambda n: int(n[11:])) if os.path.isdir(out) else []
+            print(f"kill {kills:2d}: {target:13s} during {where:19s} job gone in {gone:4.1f} s; checkpoints {present}"
+                  f"{'; PROBLEMS: ' + '; '.join(problems) if problems else ''}", flush=True)
+
+        final, expected = os.path.join(out, "model.safetensors"), os.path.join(reference, "model.safetensors")
+        same = os.path.exists(final) and open(final, "rb").read() == open(expected, "rb").read()
+        if not same:
+            failures.append("the final model.safetensors differs from the uninterrupted run's")
+        print(f"summary: {kills} kills over {attempts} attempts ({', '.join(f'{v} {k}' for k, v in sorted(moments.items()))}); "
+              f"final model.safetensors {os.path.getsize(expected) if os.path.exists(expected) else 0} bytes, "
+              f"{'byte-identical to' if same else 'DIFFERENT from'} the uninterrupted run", flush=True)
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    for failure in failures:
+        print("FAILED:", failure, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Writes the fuzzers' seed inputs (tests/fuzz/corpus/HARNESS/seed-*) from the bundled data and
+fixtures: small, valid instances of each format, so that fuzzing starts inside the format. Inputs
+of findings (finding-*) are kept beside them by hand. Run from anywhere; needs only Python 3."""
+import gzip, json, os, random, struct
+
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+corpus = os.path.join(root, "tests", "fuzz", "corpus")
+separator = b"\n=====\n"  # fuzz_input.hpp's kSeparator
+
+
+def seed(harness, name, data):
+    os.makedirs(os.path.join(corpus, harness), exist_ok=True)
+    with open(os.path.join(corpus, harness, "seed-" + name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def small_squad(path, paragraphs=2, questions=2):
+    data = json.load(gzip.open(os.path.join(root, "data_prep", "data", "squad", path)))
+    article = data["data"][0]
+    article["paragraphs"] = article["paragraphs"][:paragraphs]
+    for paragraph in article["paragraphs"]:
+        paragraph["qas"] = paragraph["qas"][:questions]
+        paragraph["context"] = paragraph["context"][:400]
+        for qa in paragraph["qas"]:
+            qa["answers"] = [a for a in qa["answers"] if a["answer_start"] + len(a["text"]) <= 400][:2]
+            if "plausible_answers" in qa:
+                del qa["plausible_answers"]
+            if not qa["answers"] and not qa.get("is_impossible", False):
+                qa["is_impossible"] = True
+    data["data"] = [article]
+    return data
+
+
+v1, v2 = small_squad("dev-v1.1.json.gz"), small_squad("dev-v2.0.json.gz")
+for label, data in (("v1.1", v1), ("v2.0", v2)):
+    text = json.dumps(data, ensure_ascii=False)
+    seed("fuzz_squad", label + ".json", text)
+    seed("fuzz_squad", label + ".json.gz", gzip.compress(text.encode(), mtime=0))
+
+# vocab.txt: the specials and enough pieces to tokenize the harness's sentence.
+vocab = open(os.path.join(root, "data_prep", "data", "bert-base-uncased", "vocab.txt"), encoding="utf-8").read().split("\n")
+seed("fuzz_vocab", "bert-head.txt", "\n".join(vocab[:110] + vocab[1996:2100] + ["##s", "stadium", "denver"]) + "\n")
+seed("fuzz_vocab", "specials-only.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n")
+
+for i, line in enumerate(open(os.path.join(root, "tests", "fixtures", "tokenizer", "edge-cases.jsonl"), encoding="utf-8")):
+    seed("fuzz_tokenizer", f"edge-{i:02d}.txt", json.loads(line)["text"])
+seed("fuzz_tokenizer", "context.txt", v1["data"][0]["paragraphs"][0]["context"])
+
+for name in ("configs/small-bert.json", "tests/fixtures/model/config.json"):
+    seed("fuzz_model_config", os.path.basename(os.path.dirname(name)) + ".json", open(os.path.join(root, name)).read())
+
+seed("fuzz_train_config", "main_job.toml", open(os.path.join(root, "configs", "main_job.toml")).read())
+seed("fuzz_train_config", "pretrained_minilm.toml", open(os.path.join(root, "configs", "pretrained_minilm.toml")).read())
+
+
+def safetensors(tensors, metadata=None):
+    """tensors: [(name, dtype, shape, raw bytes)]"""
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(raw for *_, raw in tensors)
+
+
+seed("fuzz_safetensors", "small.safetensors", safetensors(
+    [("bert.embeddings.word_embeddings.weight", "F32", [4, 2], struct.pack("<8f", *range(8))),
+     ("qa_outputs.bias", "BF16", [2], b"\x80\x3f\x00\x40"),
+     ("position_ids", "I64", [1, 3], struct.pack("<3q", 0, 1, 2)),
+     ("mask", "BOOL", [2], b"\x01\x00")], {"format": "pt"}))
+
+manifest = {"format": "mpibert-shards", "format_version": 1, "tool_version": "0.1.0", "split": "train",
+            "parameters": {"max_seq_length": 384, "doc_stride": 128, "max_query_length": 0},
+            "input": {"path": "dev-v1.1.json.gz", "sha256": "0" * 64},
+            "vocab": {"path": "vocab.txt", "sha256": "1" * 64, "size": 30522},
+            "num_examples": 5, "num_features": 7,
+            "shards": [{"file": "shard-00000-of-00002.h5", "first_example": 0, "num_examples": 3, "num_features": 4},
+                       {"file": "shard-00001-of-00002.h5", "first_example": 3, "num_examples": 2, "num_features": 3}]}
+seed("fuzz_manifest", "two-shards.json", json.dumps(manifest, indent=2))
+
+state = {"global_step": 4, "epoch": 0, "micro_batches_done_in_epoch": 4, "world_size": 2, "strategy": "ddp",
+         "best_metric": 12.5, "best_metric_name": "eval_f1", "best_step": 4, "total_flos": 1.5e9,
+         "model_config": {"hidden_size": 32}, "loss_history": [{"step": 2, "loss": 5.9}, {"step": 4, "loss": 5.7}]}
+rank_file = safetensors([("cpu_rng_state", "U8", [5056], bytes(range(256)) * 19 + bytes(192))])
+sums = {"format": "mpibert-checkpoint-checksums", "algorithm": "crc32",
+        "files": {"trainer_state.json": {"bytes": 10, "crc32": "0123abcd"},
+                  "rank-0.safetensors": {"bytes": len(rank_file), "crc32": "%08x" % __import__("zlib").crc32(rank_file)}}}
+seed("fuzz_checkpoint", "state-sums-rank.bin", json.dumps(state).encode() + separator + json.dumps(sums).encode() + separator + rank_file)
+
+context = v1["data"][0]["paragraphs"][0]
+dataset = {"version": "1.1", "data": [{"title": "t", "paragraphs": [context]}]}
+predictions = {qa["id"]: qa["answers"][0]["text"] for qa in context["qas"]}
+seed("fuzz_score", "v1.1.bin", json.dumps(dataset).encode() + separator + json.dumps(predictions).encode())
+context2 = v2["data"][0]["paragraphs"][0]
+dataset2 = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [context2]}]}
+predictions2 = {qa["id"]: (qa["answers"][0]["text"] if qa["answers"] else "") for qa in context2["qas"]}
+na_probs = {qa["id"]: (0.1 if qa["answers"] else 1) for qa in context2["qas"]}
+seed("fuzz_score", "v2.0-na.bin", json.dumps(dataset2).encode() + separator + json.dumps(predictions2).encode() + separator +
+     json.dumps(na_probs).encode())
+
+# fuzz_shard reads its input as choices (FuzzedDataProvider), not as a file: any bytes start it.
+seed("fuzz_shard", "random-512", bytes(random.Random(0).randrange(1, 256) for _ in range(512)))

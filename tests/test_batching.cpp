@@ -1,0 +1,79 @@
+// BatchLoader: the epoch's micro-batches made on its helper thread, in order, from any starting
+// micro-batch (a resume), the same tensors as make_batch; destroyed mid-epoch it joins its helper.
+// Also run under ThreadSanitizer (scripts/sanitize.sh thread).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "mpibert/data/batching.hpp"
+#include "test_support.hpp"
+
+namespace mpibert {
+namespace {
+
+class BatchLoading : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    test::prepare_shards(dir_->file("shards"), test::squad_v1_path(), 0, 12, "train");
+    store_ = new FeatureStore(FeatureStore::open(dir_->file("shards")));
+  }
+  static void TearDownTestSuite() {
+    delete store_;
+    delete dir_;
+  }
+  static std::vector<int64_t> shuffled_order() {
+    std::vector<int64_t> order(static_cast<size_t>(store_->num_features()));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(3));
+    return order;
+  }
+  static void expect_same_batch(const Batch& a, const Batch& b) {
+    EXPECT_EQ(a.feature_indices, b.feature_indices);
+    EXPECT_EQ(a.padded_length, b.padded_length);
+    EXPECT_TRUE(torch::equal(a.input_ids, b.input_ids));
+    EXPECT_TRUE(torch::equal(a.attention_mask, b.attention_mask));
+    EXPECT_TRUE(torch::equal(a.token_type_ids, b.token_type_ids));
+    EXPECT_TRUE(torch::equal(a.start_positions, b.start_positions));
+  }
+  static test::TempDir* dir_;
+  static FeatureStore* store_;
+};
+test::TempDir* BatchLoading::dir_ = nullptr;
+FeatureStore* BatchLoading::store_ = nullptr;
+
+TEST_F(BatchLoading, DeliversEveryMicroBatchOfTheOrderFromAnyStart) {
+  const std::vector<int64_t> order = shuffled_order();
+  const int64_t batch_size = 5, count = (static_cast<int64_t>(order.size()) + batch_size - 1) / batch_size;
+  ASSERT_GE(count, 3) << "the fixture needs a few batches";
+  for (int64_t first : {int64_t{0}, count - 2}) {
+    BatchLoader loader(*store_, order, batch_size, first, Padding::kDynamic, torch::kCPU);
+    for (int64_t b = first; b < count; ++b) {
+      ASSERT_FALSE(loader.exhausted());
+      const auto begin = order.begin() + b * batch_size;
+      const std::vector<int64_t> indices(begin, begin + std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - b * batch_size));
+      expect_same_batch(loader.next(), make_batch(*store_, indices, Padding::kDynamic));
+    }
+    EXPECT_TRUE(loader.exhausted());
+    EXPECT_THROW(loader.next(), std::logic_error);
+  }
+}
+
+TEST_F(BatchLoading, DestroyedMidEpochJoinsItsHelper) {
+  for (int round = 0; round < 20; ++round) {
+    BatchLoader loader(*store_, shuffled_order(), 2, 0, Padding::kFull, torch::kCPU);
+    if (round % 2) loader.next();  // one taken, the next one being made
+  }
+}
+
+TEST_F(BatchLoading, AnEmptyRemainderIsExhaustedAtOnce) {
+  const std::vector<int64_t> order = shuffled_order();
+  BatchLoader loader(*store_, order, 4, (static_cast<int64_t>(order.size()) + 3) / 4, Padding::kDynamic, torch::kCPU);
+  EXPECT_TRUE(loader.exhausted());
+  EXPECT_THROW(loader.next(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace mpibert
