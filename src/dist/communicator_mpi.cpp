@@ -18,6 +18,7 @@
 #include "mpibert/core/time.hpp"
 #include "mpibert/dist/communicator.hpp"
 #include "mpibert/dist/host_collectives.hpp"
+#include "mpi_own_allocations.hpp"
 
 namespace mpibert {
 namespace {
@@ -107,7 +108,10 @@ class MpiWork : public Work {
 class MpiCommunicator : public Communicator {
  public:
   explicit MpiCommunicator(double timeout_seconds) : timeout_seconds_(timeout_seconds) {
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    {
+      const OpenMpiOwnAllocations not_ours;
+      MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    }
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     worker_ = std::thread([this] { run_worker(); });
@@ -126,6 +130,7 @@ class MpiCommunicator : public Communicator {
     worker_.join();
     watchdog_.join();
     // MPI_Comm_free with an abandoned operation pending would wait for it: the process is ending.
+    const OpenMpiOwnAllocations not_ours;
     if (!abandon) MPI_Comm_free(&comm_);
   }
 

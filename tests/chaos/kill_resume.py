@@ -7,7 +7,8 @@ moments: one random rank, or every process of the job at once (mpirun included, 
 dies). After each kill the job must be gone within a deadline (no process left), every
 checkpoint-* directory present must match its checksums.json, and the run goes on with
 `--resume auto`. Once the kills are done the run finishes, and its final model.safetensors must be
-byte-identical to the reference's. Prints a line per kill and a summary; exit 1 on any failure.
+byte-identical to the reference's. A run that finishes before all the kills are done is compared, and a new run is killed in turn.
+Prints a line per kill and a summary; exit 1 on any failure.
 
   tests/chaos/kill_resume.py --ranks 2 --kills 12 [--seed 1] [--steps 24] [--work DIR]
 """
@@ -108,6 +109,66 @@ def moment(out, log_text):
     return "training step"
 
 
+def kill_until_done(work, out, args, rng, duration, wanted, moments, failures, first_kill):
+    """Starts the run with --resume auto again after each kill, `wanted` kills at most, then lets it
+    finish. Returns (kills, attempts)."""
+    kills, attempts = 0, 0
+    while True:
+        attempts += 1
+        log_path = f"{out}-attempt-{attempts:02d}.log"
+        log = open(log_path, "w")
+        job = subprocess.Popen(train_command(work, out, args.ranks, args.steps), stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+        if kills >= wanted:  # the last attempt runs to the end
+            status = job.wait(timeout=600)
+            log.close()
+            if status != 0:
+                failures.append(f"final attempt exited {status}: see {log_path}")
+            return kills, attempts
+        deadline = time.time() + rng.uniform(0.5, duration)
+        while time.time() < deadline and job.poll() is None:
+            time.sleep(0.05)
+        if job.poll() is not None:  # finished before the kill: the run is complete
+            log.close()
+            if job.returncode != 0:
+                failures.append(f"attempt {attempts} exited {job.returncode}: see {log_path}")
+            return kills, attempts
+        ranks = {rank_of(p): p for p in processes_of(out) if rank_of(p) is not None}
+        whole_job = rng.random() < 0.3 or not ranks
+        where = moment(out, open(log_path).read())
+        if whole_job:
+            target = "every process"
+            os.killpg(job.pid, signal.SIGKILL)
+        else:
+            rank = rng.choice(sorted(ranks))
+            target = f"rank {rank}"
+            os.kill(ranks[rank], signal.SIGKILL)
+        killed_at = time.time()
+        number = first_kill + kills
+        try:
+            job.wait(timeout=GONE_DEADLINE)
+        except subprocess.TimeoutExpired:
+            failures.append(f"kill {number}: mpirun still running {GONE_DEADLINE:.0f} s after the kill")
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        while processes_of(out) and time.time() - killed_at < GONE_DEADLINE:
+            time.sleep(0.1)
+        left = processes_of(out)
+        gone = time.time() - killed_at
+        log.close()
+        kills += 1
+        moments[where] = moments.get(where, 0) + 1
+        if left:
+            failures.append(f"kill {number}: processes left behind: {left}")
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+        problems = checkpoint_problems(out)
+        failures += [f"kill {number}: {p}" for p in problems]
+        present = sorted((n for n in os.listdir(out) if re.fullmatch(r"checkpoint-\d+", n)), key=lambda n: int(n[11:])) if os.path.isdir(out) else []
+        print(f"kill {number:2d}: {target:13s} during {where:19s} job gone in {gone:4.1f} s; checkpoints {present}"
+              f"{'; PROBLEMS: ' + '; '.join(problems) if problems else ''}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=2)
@@ -128,70 +189,24 @@ def main():
         duration = time.time() - started
         print(f"reference run: {args.ranks} ranks, {args.steps} steps, {duration:.1f} s", flush=True)
 
-        out = os.path.join(work, "chaos")
-        kills, attempts, moments = 0, 0, {}
-        while True:
-            attempts += 1
-            log_path = os.path.join(work, f"attempt-{attempts:02d}.log")
-            log = open(log_path, "w")
-            job = subprocess.Popen(train_command(work, out, args.ranks, args.steps), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-            if kills >= args.kills:  # the last attempt runs to the end
-                status = job.wait(timeout=600)
-                log.close()
-                if status != 0:
-                    failures.append(f"final attempt exited {status}: see {log_path}")
-                break
-            deadline = time.time() + rng.uniform(0.5, duration)
-            while time.time() < deadline and job.poll() is None:
-                time.sleep(0.05)
-            if job.poll() is not None:  # finished before the kill: the run is complete
-                log.close()
-                if job.returncode != 0:
-                    failures.append(f"attempt {attempts} exited {job.returncode}: see {log_path}")
-                print(f"attempt {attempts}: finished before its kill", flush=True)
-                break
-            ranks = {rank_of(p): p for p in processes_of(out) if rank_of(p) is not None}
-            whole_job = rng.random() < 0.3 or not ranks
-            where = moment(out, open(log_path).read())
-            if whole_job:
-                target = "every process"
-                os.killpg(job.pid, signal.SIGKILL)
+        kills, attempts, rounds, moments, identical = 0, 0, 0, {}, 0
+        # A round is one run killed until it finishes; rounds follow until the kills are done.
+        while kills < args.kills:
+            rounds += 1
+            out = os.path.join(work, f"chaos-{rounds}")
+            round_kills, round_attempts = kill_until_done(work, out, args, rng, duration, args.kills - kills, moments, failures,
+                                                          first_kill=kills + 1)
+            kills += round_kills
+            attempts += round_attempts
+            final, expected = os.path.join(out, "model.safetensors"), os.path.join(reference, "model.safetensors")
+            if os.path.exists(final) and open(final, "rb").read() == open(expected, "rb").read():
+                identical += 1
             else:
-                rank = rng.choice(sorted(ranks))
-                target = f"rank {rank}"
-                os.kill(ranks[rank], signal.SIGKILL)
-            killed_at = time.time()
-            try:
-                job.wait(timeout=GONE_DEADLINE)
-            except subprocess.TimeoutExpired:
-                failures.append(f"kill {kills + 1}: mpirun still running {GONE_DEADLINE:.0f} s after the kill")
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait()
-            while processes_of(out) and time.time() - killed_at < GONE_DEADLINE:
-                time.sleep(0.1)
-            left = processes_of(out)
-            gone = time.time() - killed_at
-            log.close()
-            kills += 1
-            moments[where] = moments.get(where, 0) + 1
-            if left:
-                failures.append(f"kill {kills}: processes left behind: {left}")
-                for pid in left:
-                    os.kill(pid, signal.SIGKILL)
-            problems = checkpoint_problems(out)
-            failures += [f"kill {kills}: {p}" for p in problems]
-            present = sorted((n for n in os.listdir(out) if re.fullmatch(r"checkpoint-\d+", n)), key=lambda n: int(n[11:])) if os.path.isdir(out) else []
-            print(f"kill {kills:2d}: {target:13s} during {where:19s} job gone in {gone:4.1f} s; checkpoints {present}"
-                  f"{'; PROBLEMS: ' + '; '.join(problems) if problems else ''}", flush=True)
-
-        final, expected = os.path.join(out, "model.safetensors"), os.path.join(reference, "model.safetensors")
-        same = os.path.exists(final) and open(final, "rb").read() == open(expected, "rb").read()
-        if not same:
-            failures.append("the final model.safetensors differs from the uninterrupted run's")
-        print(f"summary: {kills} kills over {attempts} attempts ({', '.join(f'{v} {k}' for k, v in sorted(moments.items()))}); "
-              f"final model.safetensors {os.path.getsize(expected) if os.path.exists(expected) else 0} bytes, "
-              f"{'byte-identical to' if same else 'DIFFERENT from'} the uninterrupted run", flush=True)
+                failures.append(f"round {rounds}: the final model.safetensors differs from the uninterrupted run's")
+        size = os.path.getsize(os.path.join(reference, "model.safetensors"))
+        print(f"summary: {kills} kills over {attempts} attempts in {rounds} runs "
+              f"({', '.join(f'{v} {k}' for k, v in sorted(moments.items()))}); final model.safetensors ({size} bytes) "
+              f"byte-identical to the uninterrupted run's in {identical} of {rounds} runs", flush=True)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
