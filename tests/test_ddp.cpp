@@ -133,13 +133,19 @@ TEST_F(DataParallelRun, Zero1MatchesDdpWithHalfTheOptimizerStatePerRank) {
   // hold as many moments as ddp's.
   EXPECT_TRUE(fs::exists(checkpoint(runs.file("ddp"), 4) + "/optimizer.safetensors"));
   EXPECT_FALSE(fs::exists(checkpoint(runs.file("zero1"), 4) + "/optimizer.safetensors"));
+  // The file is named, not a temporary: a range-for over a temporary's tensors() would read a
+  // destroyed object (found by AddressSanitizer, stack-use-after-scope).
+  auto exp_avg_elements = [](const std::string& path) {
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    int64_t elements = 0;
+    for (const auto& tensor : file.tensors())
+      if (tensor.name.rfind("exp_avg.", 0) == 0) elements += tensor.tensor.numel();
+    return elements;
+  };
   int64_t sharded_elements = 0;
   for (int rank : {0, 1})
-    for (const auto& tensor : SafetensorsFile::open(checkpoint(runs.file("zero1"), 4) + "/rank-" + std::to_string(rank) + ".safetensors").tensors())
-      if (tensor.name.rfind("exp_avg.", 0) == 0) sharded_elements += tensor.tensor.numel();
-  int64_t full_elements = 0;
-  for (const auto& tensor : SafetensorsFile::open(checkpoint(runs.file("ddp"), 4) + "/optimizer.safetensors").tensors())
-    if (tensor.name.rfind("exp_avg.", 0) == 0) full_elements += tensor.tensor.numel();
+    sharded_elements += exp_avg_elements(checkpoint(runs.file("zero1"), 4) + "/rank-" + std::to_string(rank) + ".safetensors");
+  const int64_t full_elements = exp_avg_elements(checkpoint(runs.file("ddp"), 4) + "/optimizer.safetensors");
   EXPECT_EQ(sharded_elements, full_elements);
 }
 
