@@ -146,10 +146,12 @@ std::string checkpoint_dir(const std::string& output_dir, int64_t step) {
 }
 
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
+  // Never throws: --resume auto lists on every rank before the setup's agreement, and an output
+  // directory that cannot be listed is reported there (check_output_dir_is_free), not here.
   std::vector<fs::path> found;
-  if (fs::exists(output_dir))
-    for (const auto& entry : fs::directory_iterator(output_dir))
-      if (entry.is_directory() && checkpoint_step(entry.path()) >= 0) found.push_back(entry.path());
+  std::error_code error;
+  for (fs::directory_iterator entry(output_dir, error), end; !error && entry != end; entry.increment(error))
+    if (entry->is_directory(error) && checkpoint_step(entry->path()) >= 0) found.push_back(entry->path());
   std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
   return {found.begin(), found.end()};
 }
