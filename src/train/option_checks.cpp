@@ -96,10 +96,7 @@ void check_output_dir_is_free(const TrainOptions& o) {
 void remove_earlier_run(const std::string& output_dir) {
   if (!fs::exists(output_dir)) return;
   for (const std::string& checkpoint : checkpoints_by_step(output_dir)) fs::remove_all(checkpoint);
-  for (const auto& entry : fs::directory_iterator(output_dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(".checkpoint-", 0) == 0) fs::remove_all(entry.path());  // a save cut short
-  }
+  remove_stale_checkpoint_work(output_dir);
   for (const char* name : {"metrics.jsonl", "results.json", "all_results.json", "train_results.json", "eval_results.json",
                            "trainer_state.json", "predictions.json", "nbest_predictions.json", "null_odds.json",
                            "eval_predictions.json", "eval_nbest_predictions.json", "eval_null_odds.json", "config.json",

@@ -201,8 +201,7 @@ void Trainer::check_eval_shards(const Manifest& eval) const {
 void Trainer::set_up_model_and_data() {
   set_tf32(options_.tf32);
   torch::manual_seed(options_.seed);
-  resume_from_ = options_.resume;
-  if (resume_from_ == "auto") resume_from_ = newest_intact_checkpoint(checkpoint_context());
+  resume_from_ = checkpoint_to_resume(checkpoint_context(), options_.resume);
   agree_on(ranks_, [&] {
     check_train_options(options_);
     check_output_dir_is_free(options_);

@@ -75,13 +75,6 @@ bool is_hidden_checkpoint_work(const std::string& name) {
   return name.rfind(".checkpoint-", 0) == 0 && (ends_with(".tmp") || ends_with(".removing"));
 }
 
-// What a save or a deletion killed half-way left behind (the job was killed, not the disk).
-void remove_stale_checkpoint_work(const std::string& output_dir) {
-  std::error_code ignored;
-  for (const auto& entry : fs::directory_iterator(output_dir, ignored))
-    if (is_hidden_checkpoint_work(entry.path().filename().string())) fs::remove_all(entry.path(), ignored);
-}
-
 // Renamed first, so that a deletion cut short leaves a hidden directory, not a damaged checkpoint.
 void remove_old_checkpoints(const std::string& output_dir, int64_t keep) {
   const auto all = checkpoints_by_step(output_dir);
@@ -143,6 +136,12 @@ nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
 
 std::string checkpoint_dir(const std::string& output_dir, int64_t step) {
   return (fs::path(output_dir) / ("checkpoint-" + std::to_string(step))).string();
+}
+
+void remove_stale_checkpoint_work(const std::string& output_dir) {
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(output_dir, ignored))
+    if (is_hidden_checkpoint_work(entry.path().filename().string())) fs::remove_all(entry.path(), ignored);
 }
 
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
@@ -264,8 +263,13 @@ TrainerState read_trainer_state(const std::string& path) {
   return state;
 }
 
-std::string newest_intact_checkpoint(const CheckpointContext& context) {
+std::string checkpoint_to_resume(const CheckpointContext& context, const std::string& resume) {
   const Ranks ranks{context.rank, context.world_size};
+  if (resume.empty()) return "";
+  if (resume != "auto") {
+    agree_on(ranks, [&] { verify_checkpoint(resume, ranks.rank); });
+    return resume;
+  }
   // Rank 0's list: every rank tries the same checkpoints in the same order.
   std::string listed;
   for (const std::string& dir : checkpoints_by_step(context.output_dir)) listed += dir + "\n";
@@ -308,7 +312,6 @@ void restore_rng_state(const torch::Device& device, const SafetensorsFile& file,
 
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
                                             BertForQuestionAnswering& model) {
-  verify_checkpoint(dir, context.rank);
   TrainerState state = read_trainer_state(dir + "/trainer_state.json");
   if (state.world_size != context.world_size)
     throw InputError(describe(dir, "trainer_state.json", "written by a run of " + std::to_string(state.world_size) +

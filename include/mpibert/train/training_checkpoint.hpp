@@ -46,6 +46,10 @@ struct CheckpointContext {
 // OUTPUT_DIR/checkpoint-STEP, the checkpoint of a step.
 std::string checkpoint_dir(const std::string& output_dir, int64_t step);
 
+// Removes what a save or a deletion killed half-way left in a run directory: its hidden
+// .checkpoint-STEP.tmp and .checkpoint-STEP.removing folders. Never throws.
+void remove_stale_checkpoint_work(const std::string& output_dir);
+
 // Checkpoint directories of a run, oldest first.
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir);
 
@@ -62,10 +66,14 @@ void verify_checkpoint(const std::string& dir, int rank);
 // trainer_state.json, parsed and checked (InputError naming the file and the field).
 TrainerState read_trainer_state(const std::string& path);
 
-// For --resume auto: the newest checkpoint of the run whose files check out on every rank, "" when
-// the run has none. Each one refused is logged with its reason; when every one is refused, rank 0
-// throws an InputError (the others a PeerFailure). Collective: every rank calls it.
-std::string newest_intact_checkpoint(const CheckpointContext& context);
+// The checkpoint a run resumes from, its files checked once on every rank (verify_checkpoint):
+//   ""   -> "" (a fresh start);
+//   DIR  -> DIR, or the error of the lowest rank that refuses it (the others a PeerFailure);
+//   auto -> the newest checkpoint of the run that checks out on every rank, "" when the run has
+//           none; each one refused is logged with its reason, and when every one is refused rank 0
+//           throws an InputError (the others a PeerFailure).
+// Collective: every rank calls it.
+std::string checkpoint_to_resume(const CheckpointContext& context, const std::string& resume);
 
 // Sets `device`'s default generator to the state stored as `name` in `file`; a tensor that is not
 // such a state is an InputError naming the file and the tensor.
@@ -80,9 +88,9 @@ void restore_rng_state(const torch::Device& device, const SafetensorsFile& file,
 void save_training_checkpoint(const CheckpointContext& context, BertForQuestionAnswering& model, DataParallel& parallel,
                               const TrainerState& state, const torch::Device& device);
 
-// The trainer state and the model weights of a checkpoint; refuses a checkpoint of another model
-// shape, vocab, number of ranks or strategy, or one whose files do not match their checksums
-// (InputError naming the file).
+// The trainer state and the model weights of a checkpoint that checkpoint_to_resume chose; refuses
+// a checkpoint of another model shape, vocab, number of ranks or strategy (InputError naming the
+// file).
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
                                             BertForQuestionAnswering& model);
 // The optimizer state and this rank's RNG states. A checkpoint written on a CPU restores no CUDA
