@@ -307,7 +307,7 @@ mpibert_finish() {  # STATUS
 }
 
 # --- jobs --------------------------------------------------------------------------------------
-# JOB: baseline, ddp, zero1, multinode (or local-*); STRATEGY: ddp, zero1, or "" (from the
+# JOB: baseline, ddp, zero1, zero2, fsdp, multinode (or local-*); STRATEGY: ddp, zero1, zero2, fsdp, or "" (from the
 # arguments' --strategy, default ddp). Remaining arguments: more mpibert train options.
 mpibert_train_job() {
   local job=$1 strategy=$2

@@ -3,9 +3,9 @@
 # run directory layout ($RESULTS_DIR/JOB-STRATEGY-RANKSr-local-DATE, or $RESULTS_DIR/$RUN_NAME),
 # job.log and job.json, and the same site settings (jobs/site.env, MPIBERT_SITE).
 #
-#   jobs/local.sh [baseline|ddp|zero1] [mpibert train options...]
+#   jobs/local.sh [baseline|ddp|zero1|zero2|fsdp] [mpibert train options...]
 #
-# baseline: 1 rank; ddp and zero1: RANKS ranks (default TASKS_PER_NODE: GPUS_PER_NODE on
+# baseline: 1 rank; ddp, zero1, zero2 and fsdp: RANKS ranks (default TASKS_PER_NODE: GPUS_PER_NODE on
 # DEVICE=gpu, 2 on DEVICE=cpu). Options replace the site's defaults (e.g. --max-steps 100).
 # Interrupted by SIGTERM/SIGUSR1 (kill -USR1 PID of this script), mpibert checkpoints and exits 75;
 # run the same command again with RUN_NAME=<the run directory's name> to resume (--resume auto).
@@ -14,7 +14,7 @@
 set -euo pipefail
 job=ddp
 case "${1:-}" in
-  baseline|ddp|zero1) job=$1; shift ;;
+  baseline|ddp|zero1|zero2|fsdp) job=$1; shift ;;
   -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
 esac
 export MPIBERT_LOCAL=1

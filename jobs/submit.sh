@@ -4,11 +4,11 @@
 #
 #   jobs/submit.sh JOB [options] [-- arguments for the job]
 #
-# JOB: prep | baseline | ddp | zero1 | multinode   (jobs/JOB.sbatch)
+# JOB: prep | baseline | ddp | zero1 | zero2 | fsdp | multinode   (jobs/JOB.sbatch)
 # options:
 #   --nodes N            multinode: nodes (default MULTINODE_NODES, 2)
 #   --gpus-per-node G    GPUs per node, one rank each (default GPUS_PER_NODE); baseline: always 1
-#   --ntasks N           prep: ranks (default PREP_TASKS); ddp/zero1/multinode: ranks per node
+#   --ntasks N           prep: ranks (default PREP_TASKS); ddp/zero1/zero2/fsdp/multinode: ranks per node
 #                        (default: one per GPU; on DEVICE=cpu TASKS_PER_NODE, 2)
 #   --dependency DEP     sbatch --dependency (e.g. afterok:123: train once the prep job succeeded)
 #   --sbatch OPTION      any other sbatch option, repeatable (e.g. --sbatch --mem=0)
@@ -27,9 +27,9 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2;
 job=$1
 shift
 case "$job" in
-  prep|baseline|ddp|zero1|multinode) ;;
+  prep|baseline|ddp|zero1|zero2|fsdp|multinode) ;;
   -h|--help) usage ;;
-  *) echo "submit.sh: unknown job '$job' (prep, baseline, ddp, zero1, multinode)" >&2; exit 2 ;;
+  *) echo "submit.sh: unknown job '$job' (prep, baseline, ddp, zero1, zero2, fsdp, multinode)" >&2; exit 2 ;;
 esac
 
 dry_run="" dependency="" extra_sbatch=() opt_nodes="" opt_gpus="" opt_ntasks=""
@@ -71,7 +71,7 @@ nodes=1 gpus=0 tasks=$TASKS_PER_NODE cpus=$CPUS_PER_TASK partition=$PARTITION ti
 case "$job" in
   prep) tasks=$PREP_TASKS cpus=$PREP_CPUS_PER_TASK partition=$PREP_PARTITION time=$PREP_TIME_LIMIT ;;
   baseline) tasks=1; [ "$DEVICE" = cpu ] || gpus=1 ;;
-  ddp|zero1) [ "$DEVICE" = cpu ] || gpus=$GPUS_PER_NODE ;;
+  ddp|zero1|zero2|fsdp) [ "$DEVICE" = cpu ] || gpus=$GPUS_PER_NODE ;;
   multinode) nodes=$MULTINODE_NODES; [ "$DEVICE" = cpu ] || gpus=$GPUS_PER_NODE ;;
 esac
 case "$DEVICE" in cpu|gpu) ;; *) echo "submit.sh: DEVICE=$DEVICE: expected gpu or cpu" >&2; exit 2 ;; esac

@@ -6,6 +6,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -86,53 +90,75 @@ class DataParallelRun : public ::testing::Test {
 };
 test::TempDir* DataParallelRun::data_ = nullptr;
 
-TEST_F(DataParallelRun, TwoRanksMatchOneRankWithTheSameGlobalBatch) {
+const char* const kStrategies[] = {"ddp", "zero1", "zero2", "fsdp"};
+
+// Every strategy, on 2 and on 3 ranks, follows one process given the same global batch (12):
+// the reduction order differs, so within round-off, not bit for bit.
+TEST_F(DataParallelRun, EveryStrategyOnTwoAndThreeRanksMatchesOneRankWithTheSameGlobalBatch) {
   test::TempDir runs;
-  auto one = train(0, runs.file("one"), "--batch-size 8 --max-steps 3");
+  auto one = train(0, runs.file("one"), "--batch-size 12 --max-steps 3");
   ASSERT_EQ(one.exit_status, 0) << one.output;
   const std::string reference = checkpoint(runs.file("one"), 3) + "/model.safetensors";
   // The comparison can tell runs apart: half the batch on one rank ends elsewhere.
-  auto half = train(0, runs.file("half"), "--batch-size 4 --max-steps 3");
+  auto half = train(0, runs.file("half"), "--batch-size 6 --max-steps 3");
   ASSERT_EQ(half.exit_status, 0) << half.output;
   EXPECT_GT(max_difference(reference, checkpoint(runs.file("half"), 3) + "/model.safetensors"), 1e-4);
+  const auto one_state = nlohmann::json::parse(read_file(checkpoint(runs.file("one"), 3) + "/trainer_state.json"));
 
-  for (const char* strategy : {"ddp", "zero1"}) {
-    auto two = train(2, runs.file(strategy), std::string("--batch-size 4 --max-steps 3 --strategy ") + strategy);
-    ASSERT_EQ(two.exit_status, 0) << two.output;
-    EXPECT_NE(two.output.find("global batch 8 = 4 x 1 accumulation x 2 ranks"), std::string::npos) << two.output;
-    const double difference = max_difference(reference, checkpoint(runs.file(strategy), 3) + "/model.safetensors");
-    std::cout << "2 ranks " << strategy << " vs 1 rank: max |difference| " << difference << "\n";
-    EXPECT_LT(difference, 1e-5) << strategy;
-    // The logged loss is the mean over both ranks' halves of the batch.
-    const auto one_state = nlohmann::json::parse(read_file(checkpoint(runs.file("one"), 3) + "/trainer_state.json"));
-    const auto two_state = nlohmann::json::parse(read_file(checkpoint(runs.file(strategy), 3) + "/trainer_state.json"));
-    for (size_t i = 0; i < 3; ++i)
-      EXPECT_NEAR(one_state["loss_history"][i]["loss"].get<double>(), two_state["loss_history"][i]["loss"].get<double>(), 1e-5);
-    const auto results = nlohmann::json::parse(read_file(runs.file(strategy) + "/results.json"));
-    EXPECT_EQ(results["parallel"]["world_size"], 2);
-    EXPECT_EQ(results["parallel"]["strategy"], strategy);
-    EXPECT_EQ(results["parameters"]["global_batch_size"], 8);
+  for (int ranks : {2, 3}) {
+    for (const char* strategy : kStrategies) {
+      const std::string run = runs.file(std::string(strategy) + "-" + std::to_string(ranks));
+      auto result = train(ranks, run, "--batch-size " + std::to_string(12 / ranks) + " --max-steps 3 --strategy " + strategy);
+      ASSERT_EQ(result.exit_status, 0) << result.output;
+      EXPECT_NE(result.output.find("global batch 12 = " + std::to_string(12 / ranks) + " x 1 accumulation x " + std::to_string(ranks) + " ranks"),
+                std::string::npos)
+          << result.output;
+      const double difference = max_difference(reference, checkpoint(run, 3) + "/model.safetensors");
+      std::cout << ranks << " ranks " << strategy << " vs 1 rank: max |difference| " << difference << "\n";
+      EXPECT_LT(difference, 1e-5) << strategy << " on " << ranks;
+      // The logged loss is the mean over the ranks' parts of the batch.
+      const auto state = nlohmann::json::parse(read_file(checkpoint(run, 3) + "/trainer_state.json"));
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_NEAR(one_state["loss_history"][i]["loss"].get<double>(), state["loss_history"][i]["loss"].get<double>(), 1e-5);
+      const auto results = nlohmann::json::parse(read_file(run + "/results.json"));
+      EXPECT_EQ(results["parallel"]["world_size"], ranks);
+      EXPECT_EQ(results["parallel"]["strategy"], strategy);
+      EXPECT_EQ(results["parameters"]["global_batch_size"], 12);
+    }
   }
 }
 
-TEST_F(DataParallelRun, Zero1MatchesDdpWithHalfTheOptimizerStatePerRank) {
+// With gradient accumulation, the sharded strategies end where ddp does, and hold less per rank
+// between steps: zero1 half the optimizer state, zero2 also half the gradients, fsdp also half the
+// parameters (results.json's memory_per_rank, measured from the storage allocated).
+TEST_F(DataParallelRun, ShardedStrategiesMatchDdpHoldingLessPerRank) {
   test::TempDir runs;
-  for (const char* strategy : {"ddp", "zero1"}) {
+  std::map<std::string, nlohmann::json> memory;
+  for (const char* strategy : kStrategies) {
     auto run = train(2, runs.file(strategy), std::string("--batch-size 4 --max-steps 4 --gradient-accumulation 2 --strategy ") + strategy);
     ASSERT_EQ(run.exit_status, 0) << run.output;
+    memory[strategy] = nlohmann::json::parse(read_file(runs.file(std::string(strategy) + "/results.json")))["parallel"]["memory_per_rank"];
+    ASSERT_EQ(memory[strategy].size(), 2u) << strategy;
+    if (std::string(strategy) == "ddp") continue;
+    const double difference = max_difference(checkpoint(runs.file("ddp"), 4) + "/model.safetensors",
+                                             checkpoint(runs.file(strategy), 4) + "/model.safetensors");
+    std::cout << strategy << " vs ddp, accumulation 2: max |difference| " << difference << "\n";
+    EXPECT_LT(difference, 1e-5) << strategy;
   }
-  const double difference = max_difference(checkpoint(runs.file("ddp"), 4) + "/model.safetensors",
-                                           checkpoint(runs.file("zero1"), 4) + "/model.safetensors");
-  std::cout << "zero1 vs ddp: max |difference| " << difference << "\n";
-  EXPECT_LT(difference, 1e-5);
-  const auto ddp = nlohmann::json::parse(read_file(runs.file("ddp/results.json")));
-  const auto zero1 = nlohmann::json::parse(read_file(runs.file("zero1/results.json")));
-  const double ddp_bytes = ddp["parallel"]["optimizer_state_bytes_per_rank"], zero1_bytes = zero1["parallel"]["optimizer_state_bytes_per_rank"];
-  EXPECT_NEAR(zero1_bytes / ddp_bytes, 0.5, 0.01);
-  // ddp: one optimizer file from rank 0; zero1: each rank's slices in its own file, which together
+  auto ratio = [&](const char* strategy, const char* kind) {
+    return memory[strategy][0][kind].get<double>() / memory["ddp"][0][kind].get<double>();
+  };
+  EXPECT_NEAR(ratio("zero1", "optimizer_state_bytes"), 0.5, 0.01);
+  EXPECT_NEAR(ratio("zero1", "parameter_bytes"), 1.0, 0.01);
+  EXPECT_NEAR(ratio("zero1", "gradient_bytes"), 1.5, 0.01);  // the full buckets and the reduced slices
+  EXPECT_NEAR(ratio("zero2", "optimizer_state_bytes"), 0.5, 0.01);
+  EXPECT_NEAR(ratio("zero2", "gradient_bytes"), 0.5, 0.01);
+  EXPECT_NEAR(ratio("zero2", "parameter_bytes"), 1.0, 0.01);
+  for (const char* kind : {"parameter_bytes", "gradient_bytes", "optimizer_state_bytes"}) EXPECT_NEAR(ratio("fsdp", kind), 0.5, 0.01) << kind;
+  EXPECT_GT(memory["fsdp"][1]["peak_rss_bytes"].get<double>(), 0);
+  // ddp: one optimizer file from rank 0; sharded: each rank's slices in its own file, which together
   // hold as many moments as ddp's.
   EXPECT_TRUE(fs::exists(checkpoint(runs.file("ddp"), 4) + "/optimizer.safetensors"));
-  EXPECT_FALSE(fs::exists(checkpoint(runs.file("zero1"), 4) + "/optimizer.safetensors"));
   // The file is named, not a temporary: a range-for over a temporary's tensors() would read a
   // destroyed object (found by AddressSanitizer, stack-use-after-scope).
   auto exp_avg_elements = [](const std::string& path) {
@@ -142,11 +168,14 @@ TEST_F(DataParallelRun, Zero1MatchesDdpWithHalfTheOptimizerStatePerRank) {
       if (tensor.name.rfind("exp_avg.", 0) == 0) elements += tensor.tensor.numel();
     return elements;
   };
-  int64_t sharded_elements = 0;
-  for (int rank : {0, 1})
-    sharded_elements += exp_avg_elements(checkpoint(runs.file("zero1"), 4) + "/rank-" + std::to_string(rank) + ".safetensors");
   const int64_t full_elements = exp_avg_elements(checkpoint(runs.file("ddp"), 4) + "/optimizer.safetensors");
-  EXPECT_EQ(sharded_elements, full_elements);
+  for (const char* strategy : {"zero1", "zero2", "fsdp"}) {
+    EXPECT_FALSE(fs::exists(checkpoint(runs.file(strategy), 4) + "/optimizer.safetensors")) << strategy;
+    int64_t sharded_elements = 0;
+    for (int rank : {0, 1})
+      sharded_elements += exp_avg_elements(checkpoint(runs.file(strategy), 4) + "/rank-" + std::to_string(rank) + ".safetensors");
+    EXPECT_EQ(sharded_elements, full_elements) << strategy;
+  }
 }
 
 TEST_F(DataParallelRun, AccumulationMatchesALargerMicroBatch) {
@@ -185,7 +214,7 @@ TEST_F(DataParallelRun, TwoRankEvaluationWritesTheSamePredictionsAsOneRank) {
 }
 
 TEST_F(DataParallelRun, TwoRankResumeIsBitExact) {
-  for (const char* strategy : {"ddp", "zero1"}) {
+  for (const char* strategy : kStrategies) {
     test::TempDir runs;
     const std::string options = std::string("--batch-size 4 --max-steps 5 --strategy ") + strategy;
     auto whole = train(2, runs.file("whole"), options, "", "config-dropout.json");
@@ -206,16 +235,51 @@ TEST_F(DataParallelRun, TwoRankResumeIsBitExact) {
   }
 }
 
-TEST_F(DataParallelRun, ResumeWithAnotherNumberOfRanksIsRefused) {
+// Universal checkpoints: a run stopped every 2 steps and resumed on another number of ranks with
+// another strategy (global batch 6 throughout, within the first epoch: the epoch's last, partial
+// batch has as many samples as the ranks divide evenly) ends where the run that never stopped does,
+// within the round-off of the different reduction orders. Chain A: 2 ranks fsdp -> 3 ranks zero1 -> 1 rank;
+// chain B: 2 ranks ddp -> 1 rank -> 3 ranks fsdp; chain C: 2 ranks ddp -> 2 ranks fsdp -> 2 ranks zero2.
+TEST_F(DataParallelRun, ResumingOnAnotherNumberOfRanksOrStrategyFollowsTheRunThatNeverStopped) {
   test::TempDir runs;
-  auto two = train(2, runs.file("run"), "--batch-size 4 --max-steps 4 --stop-after-steps 2");
+  auto whole = train(2, runs.file("whole"), "--batch-size 3 --max-steps 6");
+  ASSERT_EQ(whole.exit_status, 0) << whole.output;
+  const std::string reference = checkpoint(runs.file("whole"), 6) + "/model.safetensors";
+  const std::vector<std::vector<std::pair<int, std::string>>> chains = {
+      {{2, "fsdp"}, {3, "zero1"}, {1, "ddp"}}, {{2, "ddp"}, {1, "ddp"}, {3, "fsdp"}}, {{2, "ddp"}, {2, "fsdp"}, {2, "zero2"}}};
+  for (size_t c = 0; c < chains.size(); ++c) {
+    const std::string run = runs.file("chain-" + std::to_string(c));
+    std::string legs;
+    for (size_t leg = 0; leg < chains[c].size(); ++leg) {
+      const auto& [ranks, strategy] = chains[c][leg];
+      legs += " -> " + std::to_string(ranks) + " " + strategy;
+      auto result = train(ranks == 1 ? 0 : ranks, run,
+                          "--batch-size " + std::to_string(6 / ranks) + " --max-steps 6 --stop-after-steps 2 --strategy " + strategy +
+                              (leg > 0 ? " --resume auto" : ""));
+      ASSERT_EQ(result.exit_status, 0) << legs << "\n" << result.output;
+      if (leg > 0) EXPECT_NE(result.output.find("resumed from"), std::string::npos) << result.output;
+    }
+    const double difference = max_difference(reference, checkpoint(run, 6) + "/model.safetensors");
+    std::cout << "chain" << legs << " vs uninterrupted: max |difference| " << difference << "\n";
+    EXPECT_LT(difference, 1e-5) << legs;
+    const auto uninterrupted = nlohmann::json::parse(read_file(checkpoint(runs.file("whole"), 6) + "/trainer_state.json"));
+    const auto resumed = nlohmann::json::parse(read_file(checkpoint(run, 6) + "/trainer_state.json"));
+    ASSERT_EQ(resumed["loss_history"].size(), 6u) << legs;
+    for (size_t i = 0; i < 6; ++i)  // the same samples in every step: the data order continued
+      EXPECT_NEAR(uninterrupted["loss_history"][i]["loss"].get<double>(), resumed["loss_history"][i]["loss"].get<double>(), 1e-5)
+          << legs << " step " << i + 1;
+  }
+}
+
+// The position in the epoch converts to another global micro-batch only where it divides the
+// samples done; otherwise the resume is refused, naming the batch sizes.
+TEST_F(DataParallelRun, ResumeWhereTheSamplesDoneDoNotDivideIntoTheNewBatchIsRefused) {
+  test::TempDir runs;
+  auto two = train(2, runs.file("run"), "--batch-size 4 --max-steps 4 --stop-after-steps 1");
   ASSERT_EQ(two.exit_status, 0) << two.output;
-  auto one = train(0, runs.file("run"), "--batch-size 4 --max-steps 4 --resume auto");
-  EXPECT_NE(one.exit_status, 0);
-  EXPECT_NE(one.output.find("written by a run of 2 ranks; this run has 1"), std::string::npos) << one.output;
-  auto other_strategy = train(2, runs.file("run"), "--batch-size 4 --max-steps 4 --resume auto --strategy zero1");
-  EXPECT_NE(other_strategy.exit_status, 0);
-  EXPECT_NE(other_strategy.output.find("written with --strategy ddp; this run uses zero1"), std::string::npos) << other_strategy.output;
+  auto three = train(3, runs.file("run"), "--batch-size 4 --max-steps 4 --resume auto");
+  EXPECT_NE(three.exit_status, 0);
+  EXPECT_NE(three.output.find("consumed 8 samples of the epoch, not a multiple of this run's 3 x 4"), std::string::npos) << three.output;
 }
 
 TEST_F(DataParallelRun, RanksStartedWithDifferentOptionsRefuseToStart) {
@@ -258,7 +322,7 @@ TEST_F(DataParallelRun, TwoGpuRanksWithNcclMatchOneRank) {
   test::TempDir runs;
   auto one = train(0, runs.file("one"), "--batch-size 8 --max-steps 3 --device cuda");
   ASSERT_EQ(one.exit_status, 0) << one.output;
-  for (const char* strategy : {"ddp", "zero1"}) {
+  for (const char* strategy : kStrategies) {
     auto two = train(2, runs.file(strategy), std::string("--batch-size 4 --max-steps 3 --device cuda --comm nccl --strategy ") + strategy);
     ASSERT_EQ(two.exit_status, 0) << two.output;
     EXPECT_LE(max_difference(checkpoint(runs.file("one"), 3) + "/model.safetensors",
@@ -285,7 +349,7 @@ TEST_F(DataParallelRun, AFailingRankEndsTheWholeJobWithItsMessage) {
 // rank leaves its communicator without waiting on its peers and ends the job with its own
 // message, long before the collective timeout would blame a stuck rank.
 TEST_F(DataParallelRun, AFailureWithCollectivesInFlightEndsTheJobPromptlyWithItsMessage) {
-  for (const char* strategy : {"ddp", "zero1"}) {
+  for (const char* strategy : kStrategies) {
     test::TempDir runs;
     const auto start = Clock::now();
     auto result = train(2, runs.file("run"), std::string("--batch-size 4 --max-steps 20 --collective-timeout 60 --strategy ") + strategy,

@@ -95,8 +95,10 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--profile-wait", o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
   c->add_option("--profile-warmup", o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
   c->add_option("--profile-active", o.profile_schedule.active, "steps it records")->capture_default_str();
-  c->add_option("--strategy", impl_->strategy, "with several ranks: ddp (all-reduce) or zero1 (optimizer state sharded)")
-      ->check(CLI::IsMember({"ddp", "zero1"}))
+  c->add_option("--strategy", impl_->strategy,
+                "with several ranks: ddp (all-reduce), zero1 (optimizer state sharded), zero2 (and gradients), "
+                "fsdp (and parameters: ZeRO-3, FSDP FULL_SHARD)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "fsdp"}))
       ->capture_default_str();
   c->add_option("--bucket-mb", o.parallel.bucket_mb, "gradient bucket size in MiB (DDP's bucket_cap_mb)")->capture_default_str();
   c->add_option("--collective-timeout", impl_->collective_timeout,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "data_parallel_impl.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
 
@@ -16,165 +17,267 @@ namespace mpibert {
 Strategy parse_strategy(const std::string& name) {
   if (name == "ddp") return Strategy::kDdp;
   if (name == "zero1") return Strategy::kZero1;
-  throw InputError(describe("--strategy", name, "unknown strategy (ddp, zero1)"));
+  if (name == "zero2") return Strategy::kZero2;
+  if (name == "fsdp") return Strategy::kFsdp;
+  throw InputError(describe("--strategy", name, std::string("unknown strategy (") + kStrategyNames + ")"));
 }
 
-const char* strategy_name(Strategy strategy) { return strategy == Strategy::kZero1 ? "zero1" : "ddp"; }
+const char* strategy_name(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kZero1: return "zero1";
+    case Strategy::kZero2: return "zero2";
+    case Strategy::kFsdp: return "fsdp";
+    case Strategy::kDdp: break;
+  }
+  return "ddp";
+}
 
-namespace {
+void release_storage(const torch::Tensor& flat) {
+  c10::StorageImpl* storage = flat.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  storage->set_nbytes(0);
+}
 
-struct Bucket {
-  std::vector<size_t> members;   // parameter indices, in the order backward tends to finish them
-  std::vector<int64_t> offsets;  // of each member in the flat buffers
-  int64_t numel = 0;             // padded to a multiple of the world size (zero1 slices it evenly)
-  torch::Tensor grads;           // flat; the members' .grad are views into it
-  torch::Tensor params;          // zero1: flat; the members' data are views into it
-  torch::Tensor grad_slice;      // zero1: this rank's reduced slice of `grads`
-  int pending = 0;               // members whose gradient is not ready yet in this backward
-  std::shared_ptr<Work> work;
-};
+void allocate_storage(const torch::Tensor& flat) {
+  c10::StorageImpl* storage = flat.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(flat.numel()) * flat.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
 
-}  // namespace
+bool storage_allocated(const torch::Tensor& flat) { return flat.storage().nbytes() > 0; }
 
-struct DataParallel::Impl {
-  DataParallelOptions options;
-  Communicator* communicator = nullptr;
-  int rank = 0, world = 1;
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> parameters;
-  std::vector<Bucket> buckets;
-  std::vector<size_t> bucket_of;                                        // per parameter
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // keep the hooks alive
-  bool synchronizing = false;
-  size_t next_to_launch = 0;
-  bool warned_unused = false;
-  std::unique_ptr<AdamW> optimizer;  // one process and ddp: every parameter; zero1: this rank's slices
-  // zero1: per slice, the parameter it belongs to (for the norm) and the slice tensors.
-  std::vector<size_t> slice_parameter;
-  std::vector<torch::Tensor> slice_grads;
-  double exposed_seconds = 0, busy_seconds = 0, exposed_transfer_seconds = 0;
-  int64_t bytes = 0;
-  // Reductions whose timings are not read yet: on a GPU they are read once complete, so that the
-  // statistics never make the host wait for the device.
-  struct Unaccounted {
-    std::vector<std::shared_ptr<Work>> works;
-    std::shared_ptr<Mark> end_of_backward;
+int64_t storage_bytes(const torch::Tensor& tensor) {
+  return tensor.defined() ? static_cast<int64_t>(tensor.storage().nbytes()) : 0;
+}
+
+// Adds the timings of the finished reductions (all of them with `wait`) to the statistics.
+void DataParallel::Impl::account(bool wait) {
+  auto finished = [&](const Unaccounted& u) {
+    return wait || std::all_of(u.works.begin(), u.works.end(), [](const auto& work) { return work->done(); });
   };
-  std::vector<Unaccounted> unaccounted;
-
-  // Adds the timings of the finished reductions (all of them with `wait`) to the statistics.
-  void account(bool wait) {
-    auto finished = [&](const Unaccounted& u) {
-      return wait || std::all_of(u.works.begin(), u.works.end(), [](const auto& work) { return work->done(); });
-    };
-    auto first_unfinished = std::find_if_not(unaccounted.begin(), unaccounted.end(), finished);
-    for (auto it = unaccounted.begin(); it != first_unfinished; ++it) {
-      for (const auto& work : it->works) {
-        // wait() only orders the caller's stream on a GPU: the host polls until the work is done.
-        while (!work->done()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        busy_seconds += work->seconds();
-        exposed_transfer_seconds += work->seconds_after(*it->end_of_backward);
-      }
-    }
-    unaccounted.erase(unaccounted.begin(), first_unfinished);
-  }
-
-  // Reverse registration order; a bucket closes when the next parameter would take it past its
-  // capacity (the first bucket's is small, so its reduction starts early in backward).
-  void build_buckets() {
-    const double mib = 1024.0 * 1024.0;
-    double bucket_bytes = 0;
-    for (size_t k = parameters.size(); k-- > 0;) {
-      const double capacity = (buckets.size() <= 1 ? options.first_bucket_mb : options.bucket_mb) * mib;
-      const double parameter_bytes = static_cast<double>(parameters[k].nbytes());
-      if (buckets.empty() || (!buckets.back().members.empty() && bucket_bytes + parameter_bytes > capacity)) {
-        buckets.emplace_back();
-        bucket_bytes = 0;
-      }
-      Bucket& bucket = buckets.back();
-      bucket.offsets.push_back(bucket.numel);
-      bucket.members.push_back(k);
-      bucket.numel += parameters[k].numel();
-      bucket_bytes += parameter_bytes;
-    }
-    bucket_of.resize(parameters.size());
-    torch::NoGradGuard no_grad;
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      Bucket& bucket = buckets[b];
-      bucket.numel = (bucket.numel + world - 1) / world * world;
-      const auto& like = parameters[bucket.members.front()];
-      bucket.grads = torch::zeros({bucket.numel}, like.options().requires_grad(false));
-      for (size_t m = 0; m < bucket.members.size(); ++m) {
-        torch::Tensor& parameter = parameters[bucket.members[m]];
-        bucket_of[bucket.members[m]] = b;
-        parameter.mutable_grad() = bucket.grads.narrow(0, bucket.offsets[m], parameter.numel()).view(parameter.sizes());
-      }
+  auto first_unfinished = std::find_if_not(unaccounted.begin(), unaccounted.end(), finished);
+  for (auto it = unaccounted.begin(); it != first_unfinished; ++it) {
+    for (const auto& work : it->works) {
+      // wait() only orders the caller's stream on a GPU: the host polls until the work is done.
+      while (!work->done()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      busy_seconds += work->seconds();
+      exposed_transfer_seconds += work->seconds_after(*it->end_of_backward);
     }
   }
+  unaccounted.erase(unaccounted.begin(), first_unfinished);
+}
 
-  // zero1: parameters become views into their bucket's flat buffer (all-gathered in place), and
-  // this rank's AdamW works on the pieces of its slice that fall in each parameter.
-  void build_slices(const AdamWOptions& adam) {
-    torch::NoGradGuard no_grad;
-    torch::OrderedDict<std::string, torch::Tensor> slices;
-    for (Bucket& bucket : buckets) {
-      bucket.params = torch::zeros({bucket.numel}, bucket.grads.options());
-      const int64_t slice_size = bucket.numel / world, slice_begin = slice_size * rank, slice_end = slice_begin + slice_size;
-      bucket.grad_slice = torch::zeros({slice_size}, bucket.grads.options());
-      for (size_t m = 0; m < bucket.members.size(); ++m) {
-        torch::Tensor& parameter = parameters[bucket.members[m]];
-        torch::Tensor flat = bucket.params.narrow(0, bucket.offsets[m], parameter.numel());
-        flat.copy_(parameter.reshape({-1}));
-        parameter.set_data(flat.view(parameter.sizes()));
-        const int64_t begin = std::max(slice_begin, bucket.offsets[m]);
-        const int64_t end = std::min(slice_end, bucket.offsets[m] + parameter.numel());
-        if (begin >= end) continue;
-        torch::Tensor piece = bucket.params.narrow(0, begin, end - begin);
-        torch::Tensor grad = bucket.grad_slice.narrow(0, begin - slice_begin, end - begin);
-        piece.mutable_grad() = grad;
-        const int64_t local = begin - bucket.offsets[m];
-        slices.insert(names[bucket.members[m]] + "[" + std::to_string(local) + ":" + std::to_string(local + end - begin) + "]",
-                      piece);
-        slice_parameter.push_back(bucket.members[m]);
-        slice_grads.push_back(grad);
-      }
+// Reverse registration order; a bucket closes when the next parameter would take it past its
+// capacity (the first bucket's is small, so its reduction starts early in backward).
+void DataParallel::Impl::build_buckets() {
+  const double mib = 1024.0 * 1024.0;
+  double bucket_bytes = 0;
+  for (size_t k = parameters.size(); k-- > 0;) {
+    const double capacity = (groups.size() <= 1 ? options.first_bucket_mb : options.bucket_mb) * mib;
+    const double parameter_bytes = static_cast<double>(parameters[k].nbytes());
+    if (groups.empty() || (!groups.back().members.empty() && bucket_bytes + parameter_bytes > capacity)) {
+      groups.emplace_back();
+      bucket_bytes = 0;
     }
-    optimizer = std::make_unique<AdamW>(slices, adam);
+    FlatGroup& bucket = groups.back();
+    bucket.offsets.push_back(bucket.numel);
+    bucket.members.push_back(k);
+    bucket.numel += parameters[k].numel();
+    bucket_bytes += parameter_bytes;
   }
+  for (size_t b = 0; b < groups.size(); ++b) groups[b].what = "gradient bucket " + std::to_string(b);
+}
 
-  void install_hooks() {
-    for (size_t k = 0; k < parameters.size(); ++k) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(parameters[k]);
-      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-            gradient_ready(k);
-            return outputs;
-          }));
-      grad_accumulators.push_back(std::move(accumulator));
+// fsdp: one group per unit of the model, its parameters in registration order.
+void DataParallel::Impl::build_units(const BertForQuestionAnsweringImpl& bert) {
+  const std::vector<std::string> prefixes = bert.unit_prefixes();
+  groups.resize(prefixes.size());
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    auto unit = std::find_if(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return names[k].rfind(p, 0) == 0; });
+    if (unit == prefixes.end()) throw std::logic_error("fsdp: parameter " + names[k] + " belongs to no unit of the model");
+    FlatGroup& group = groups[static_cast<size_t>(unit - prefixes.begin())];
+    group.offsets.push_back(group.numel);
+    group.members.push_back(k);
+    group.numel += parameters[k].numel();
+  }
+  for (size_t u = 0; u < groups.size(); ++u) {
+    if (groups[u].members.empty()) throw std::logic_error("fsdp: unit " + prefixes[u] + " has no parameters");
+    groups[u].what = "unit " + prefixes[u];
+  }
+}
+
+// Pads each group to a multiple of the ranks, and makes every .grad a view of its group's buffer.
+void DataParallel::Impl::attach_gradient_views() {
+  group_of.resize(parameters.size());
+  torch::NoGradGuard no_grad;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    FlatGroup& group = groups[g];
+    group.numel = (group.numel + world - 1) / world * world;
+    group.what += " (" + std::to_string(group.numel * parameters[group.members.front()].element_size()) + " bytes)";
+    const auto& like = parameters[group.members.front()];
+    group.grads = torch::zeros({group.numel}, like.options().requires_grad(false));
+    for (size_t m = 0; m < group.members.size(); ++m) {
+      torch::Tensor& parameter = parameters[group.members[m]];
+      group_of[group.members[m]] = g;
+      parameter.mutable_grad() = group.grads.narrow(0, group.offsets[m], parameter.numel()).view(parameter.sizes());
     }
   }
+}
 
-  void gradient_ready(size_t parameter) {
-    if (!synchronizing) return;
-    Bucket& bucket = buckets[bucket_of[parameter]];
-    if (--bucket.pending == 0) launch_ready_buckets();
+// Sharded strategies: parameters become views into their group's flat buffer (all-gathered into
+// it), and this rank's AdamW works on the pieces of its slice that fall in each parameter.
+void DataParallel::Impl::build_shards(const AdamWOptions& adam) {
+  torch::NoGradGuard no_grad;
+  torch::OrderedDict<std::string, torch::Tensor> slices;
+  for (FlatGroup& group : groups) {
+    group.params = torch::zeros({group.numel}, group.grads.options());
+    const int64_t slice_size = group.shard_numel(world), slice_begin = slice_size * rank, slice_end = slice_begin + slice_size;
+    group.grad_shard = torch::zeros({slice_size}, group.grads.options());
+    for (size_t m = 0; m < group.members.size(); ++m) {
+      torch::Tensor& parameter = parameters[group.members[m]];
+      torch::Tensor flat = group.params.narrow(0, group.offsets[m], parameter.numel());
+      flat.copy_(parameter.reshape({-1}));
+      parameter.set_data(flat.view(parameter.sizes()));
+    }
+    group.param_shard = group.params.narrow(0, slice_begin, slice_size);
+    if (fsdp) group.param_shard = group.param_shard.clone();  // fsdp's own storage: the full buffer comes and goes
+    for (size_t m = 0; m < group.members.size(); ++m) {
+      const int64_t numel = parameters[group.members[m]].numel();
+      const int64_t begin = std::max(slice_begin, group.offsets[m]);
+      const int64_t end = std::min(slice_end, group.offsets[m] + numel);
+      if (begin >= end) continue;
+      torch::Tensor piece = group.param_shard.narrow(0, begin - slice_begin, end - begin);
+      torch::Tensor grad = group.grad_shard.narrow(0, begin - slice_begin, end - begin);
+      piece.mutable_grad() = grad;
+      const int64_t local = begin - group.offsets[m];
+      slices.insert(names[group.members[m]] + "[" + std::to_string(local) + ":" + std::to_string(local + end - begin) + "]", piece);
+      slice_parameter.push_back(group.members[m]);
+      slice_grads.push_back(grad);
+    }
   }
+  optimizer = std::make_unique<AdamW>(slices, adam);
+}
 
-  // Buckets start in index order on every rank, so that the collectives match.
-  void launch_ready_buckets() {
-    while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) launch(next_to_launch++);
+void DataParallel::Impl::install_hooks() {
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters[k]);
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          gradient_ready(k);
+          return outputs;
+        }));
+    grad_accumulators.push_back(std::move(accumulator));
   }
+}
 
-  void launch(size_t b) {
-    Bucket& bucket = buckets[b];
-    torch::NoGradGuard no_grad;
-    bucket.grads.div_(world);  // average as DDP does: divide, then sum
-    const std::string what = "gradient bucket " + std::to_string(b) + " (" + std::to_string(bucket.grads.nbytes()) + " bytes)";
-    bucket.work = options.strategy == Strategy::kZero1
-                      ? communicator->reduce_scatter_sum(bucket.grads, bucket.grad_slice, "reduce-scatter of " + what)
-                      : communicator->all_reduce_sum(bucket.grads, "all-reduce of " + what);
+// The collectives of one backward, in the order every rank issues them. Buckets: their reductions
+// in index order. fsdp, from the last unit to the first: the gather of the unit before (prefetched
+// when this one's backward starts), then this unit's reduce-scatter (when its backward is done).
+void DataParallel::Impl::plan_backward() {
+  plan.clear();
+  next_in_plan = 0;
+  if (!fsdp) {
+    for (size_t b = 0; b < groups.size(); ++b) plan.push_back({PlannedCollective::kReduce, b});
+    return;
   }
-};
+  for (size_t u = groups.size(); u-- > 0;) {
+    if (u > 0) plan.push_back({PlannedCollective::kGather, u - 1});
+    plan.push_back({PlannedCollective::kReduce, u});
+  }
+}
+
+void DataParallel::Impl::gradient_ready(size_t parameter) {
+  if (!synchronizing) return;
+  const size_t g = group_of[parameter];
+  if (--groups[g].pending != 0) return;
+  if (fsdp) release_parameters(g);  // the unit's backward is done with them
+  mark_ready(PlannedCollective::kReduce, g);
+}
+
+void DataParallel::Impl::mark_ready(PlannedCollective::Kind kind, size_t group) {
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].kind != kind || plan[i].group != group) continue;
+    if (i < next_in_plan && kind == PlannedCollective::kReduce)
+      throw std::logic_error(groups[group].what + ": a gradient arrived after the group was reduced");
+    plan[i].ready = true;
+  }
+  issue_ready();
+}
+
+void DataParallel::Impl::issue_ready() {
+  while (next_in_plan < plan.size() && plan[next_in_plan].ready) issue(plan[next_in_plan++]);
+  release_reduced(/*wait=*/false);
+}
+
+void DataParallel::Impl::issue(const PlannedCollective& collective) {
+  if (collective.kind == PlannedCollective::kGather) {
+    gather_async(collective.group);
+  } else {
+    reduce(collective.group);
+  }
+}
+
+void DataParallel::Impl::reduce(size_t g) {
+  FlatGroup& group = groups[g];
+  torch::NoGradGuard no_grad;
+  if (!storage_allocated(group.grads)) {  // fsdp: a unit backward never reached this time
+    allocate_storage(group.grads);
+    group.grads.zero_();
+  }
+  group.grads.div_(world);  // average as DDP does: divide, then sum
+  if (options.strategy == Strategy::kDdp) {
+    group.reduction = communicator->all_reduce_sum(group.grads, "all-reduce of " + group.what);
+  } else {
+    torch::Tensor target = group.grad_shard;
+    if (fsdp && reduced_micro_batches > 0) target = group.incoming = torch::empty_like(group.grad_shard);
+    group.reduction = communicator->reduce_scatter_sum(group.grads, target, "reduce-scatter of " + group.what);
+    if (releases_gradients) awaiting_release.push_back(g);
+  }
+  reductions_this_step.push_back(group.reduction);
+  bytes += static_cast<int64_t>(group.grads.nbytes());
+}
+
+// On a GPU, wait() only orders the caller's stream after the transfer, and memory released then is
+// reused in that order: it is released at once. On the CPU the buffer goes once MPI is done with it.
+void DataParallel::Impl::release_reduced(bool wait) {
+  auto released = [&](size_t g) {
+    FlatGroup& group = groups[g];
+    if (!wait && !group.grads.is_cuda() && !group.reduction->done()) return false;
+    group.reduction->wait();
+    if (group.incoming.defined()) {
+      group.grad_shard.add_(group.incoming);
+      group.incoming = torch::Tensor();
+    }
+    release_storage(group.grads);
+    return true;
+  };
+  awaiting_release.erase(std::remove_if(awaiting_release.begin(), awaiting_release.end(), released), awaiting_release.end());
+}
+
+// Every planned collective is issued, including those of parameters that took no part in this
+// backward (their zero gradients are reduced all the same, so that every rank issues the same
+// collectives), and waited for.
+void DataParallel::Impl::close_backward() {
+  if (next_in_plan < plan.size()) {
+    if (!warned_unused) {
+      spdlog::warn("some parameters got no gradient in this backward; their {} reduced after backward", fsdp ? "units are" : "buckets are");
+      warned_unused = true;
+    }
+    for (PlannedCollective& collective : plan) collective.ready = true;
+    issue_ready();
+  }
+  for (FlatGroup& group : groups) {
+    if (group.gather) wait_gathered(static_cast<size_t>(&group - groups.data()));
+    if (group.reduction) group.reduction->wait();
+  }
+  release_reduced(/*wait=*/true);
+  // fsdp: each unit released its parameters when its backward ended. (Not here: on accumulation this
+  // runs after the next micro-batch's forward, which kept the last unit's for its backward.)
+  if (fsdp) ++reduced_micro_batches;
+  plan.clear();
+  next_in_plan = 0;
+}
 
 DataParallel::DataParallel(BertForQuestionAnswering& model, std::shared_ptr<Communicator> communicator,
                            const AdamWOptions& adam, const DataParallelOptions& options)
@@ -192,52 +295,91 @@ DataParallel::DataParallel(BertForQuestionAnswering& model, std::shared_ptr<Comm
   d.communicator = communicator_.get();
   d.rank = communicator_->rank();
   d.world = communicator_->size();
-  sharded_ = options.strategy == Strategy::kZero1;
-  d.build_buckets();
+  d.fsdp = options.strategy == Strategy::kFsdp;
+  d.releases_gradients = d.fsdp || options.strategy == Strategy::kZero2;
+  sharded_ = options.strategy != Strategy::kDdp;
+  if (d.fsdp) {
+    d.build_units(*model);
+  } else {
+    d.build_buckets();
+  }
+  d.attach_gradient_views();
   if (sharded_) {
-    d.build_slices(adam);
+    d.build_shards(adam);
   } else {
     d.optimizer = std::make_unique<AdamW>(model->named_parameters(), adam);
   }
   d.install_hooks();
+  if (d.fsdp) {
+    d.model = model.get();
+    d.unit_hooks = d.make_unit_hooks();
+    model->set_unit_hooks(d.unit_hooks.get());
+    for (FlatGroup& unit : d.groups) release_storage(unit.grads);  // allocated when the unit's backward starts
+  }
   int64_t bytes = 0;
-  for (const Bucket& bucket : d.buckets) bytes += static_cast<int64_t>(bucket.grads.nbytes());
-  spdlog::info("{} over {} ranks ({}): {} gradient buckets, {:.1f} MiB; optimizer state {:.1f} MiB on this rank",
-               strategy_name(options.strategy), d.world, communicator_->backend(), d.buckets.size(),
+  for (const FlatGroup& group : d.groups) bytes += group.numel * group.grads.element_size();
+  spdlog::info("{} over {} ranks ({}): {} {}, {:.1f} MiB; optimizer state {:.1f} MiB on this rank", strategy_name(options.strategy),
+               d.world, communicator_->backend(), d.groups.size(), d.fsdp ? "units" : "gradient buckets",
                static_cast<double>(bytes) / (1024.0 * 1024.0), static_cast<double>(optimizer_state_bytes()) / (1024.0 * 1024.0));
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  if (impl_->model) impl_->model->set_unit_hooks(nullptr);
+}
 
-size_t DataParallel::num_buckets() const { return impl_->buckets.size(); }
+size_t DataParallel::num_buckets() const { return impl_->groups.size(); }
 
 std::vector<DataParallel::BucketLayout> DataParallel::bucket_layout() const {
   std::vector<BucketLayout> layout;
-  for (const Bucket& bucket : impl_->buckets) {
+  for (const FlatGroup& group : impl_->groups) {
     BucketLayout& entry = layout.emplace_back();
-    for (size_t member : bucket.members) entry.parameters.push_back(impl_->names[member]);
-    entry.numel = bucket.numel;
+    for (size_t member : group.members) entry.parameters.push_back(impl_->names[member]);
+    entry.numel = group.numel;
   }
   return layout;
 }
 
 void DataParallel::broadcast_parameters() {
   if (!communicator_) return;
+  Impl& d = *impl_;
   torch::NoGradGuard no_grad;
   std::vector<std::shared_ptr<Work>> works;
-  for (size_t k = 0; k < impl_->parameters.size(); ++k)
-    works.push_back(communicator_->broadcast(impl_->parameters[k], 0, "broadcast of parameter " + impl_->names[k]));
+  if (d.fsdp) {  // rank 0's whole units (as built, or gathered), then each rank keeps its slices
+    for (size_t u = 0; u < d.groups.size(); ++u) d.gather_async(u);
+    for (size_t u = 0; u < d.groups.size(); ++u) d.wait_gathered(u);
+    for (FlatGroup& unit : d.groups) works.push_back(communicator_->broadcast(unit.params, 0, "broadcast of " + unit.what));
+    for (auto& work : works) work->wait();
+    for (FlatGroup& unit : d.groups) unit.param_shard.copy_(unit.params.narrow(0, unit.shard_numel(d.world) * d.rank, unit.shard_numel(d.world)));
+    if (!d.whole_model)
+      for (size_t u = 0; u < d.groups.size(); ++u) d.release_parameters(u);
+    return;
+  }
+  for (size_t k = 0; k < d.parameters.size(); ++k)
+    works.push_back(communicator_->broadcast(d.parameters[k], 0, "broadcast of parameter " + d.names[k]));
   for (auto& work : works) work->wait();
 }
 
 void DataParallel::begin_backward(bool synchronize) {
   Impl& d = *impl_;
-  d.synchronizing = synchronize && communicator_;
-  if (!d.synchronizing) return;
-  d.next_to_launch = 0;
-  for (Bucket& bucket : d.buckets) {
-    bucket.pending = static_cast<int>(bucket.members.size());
-    bucket.work.reset();
+  if (!communicator_) return;
+  if (d.fsdp) {
+    if (d.synchronizing) d.close_backward();  // the micro-batch before, on accumulation
+    synchronize = true;                      // see the header: fsdp reduces every micro-batch
+  }
+  d.synchronizing = synchronize;
+  torch::NoGradGuard no_grad;
+  if (d.options.strategy == Strategy::kZero2) {
+    for (FlatGroup& bucket : d.groups) {
+      if (storage_allocated(bucket.grads)) continue;
+      allocate_storage(bucket.grads);  // the step's first backward: fresh full gradients
+      bucket.grads.zero_();
+    }
+  }
+  if (!synchronize) return;
+  d.plan_backward();
+  for (FlatGroup& group : d.groups) {
+    group.pending = static_cast<int>(group.members.size());
+    group.reduction.reset();
   }
 }
 
@@ -246,21 +388,9 @@ void DataParallel::finish_gradient_sync() {
   if (!d.synchronizing) return;
   const auto start = Clock::now();
   Impl::Unaccounted reductions{{}, communicator_->mark()};
-  // A parameter that took no part in this backward never reported: its (zero) gradient is
-  // reduced anyway, so that every rank launches the same collectives.
-  if (d.next_to_launch < d.buckets.size()) {
-    if (!d.warned_unused) {
-      spdlog::warn("some parameters got no gradient in this backward; their buckets are reduced after backward");
-      d.warned_unused = true;
-    }
-    for (Bucket& bucket : d.buckets) bucket.pending = 0;
-    d.launch_ready_buckets();
-  }
-  for (Bucket& bucket : d.buckets) {
-    bucket.work->wait();
-    reductions.works.push_back(bucket.work);
-    d.bytes += static_cast<int64_t>(bucket.grads.nbytes());
-  }
+  d.close_backward();
+  reductions.works = std::move(d.reductions_this_step);
+  d.reductions_this_step.clear();
   d.unaccounted.push_back(std::move(reductions));
   d.account(/*wait=*/false);
   d.synchronizing = false;
@@ -277,7 +407,8 @@ torch::Tensor DataParallel::clip_and_step(double max_norm, double lr) {
   torch::NoGradGuard no_grad;
   // torch's clip_grad_norm_: the norm of the per-parameter norms. Each rank sums the squares of its
   // slices per parameter (in float64); the sums add up across ranks, on the device.
-  torch::Tensor squares = torch::zeros({static_cast<int64_t>(d.parameters.size())}, d.buckets.front().grads.options().dtype(torch::kDouble));
+  torch::Tensor squares =
+      torch::zeros({static_cast<int64_t>(d.parameters.size())}, d.groups.front().grad_shard.options().dtype(torch::kDouble));
   for (size_t s = 0; s < d.slice_grads.size(); ++s)
     squares.narrow(0, static_cast<int64_t>(d.slice_parameter[s]), 1).add_(d.slice_grads[s].square().sum(torch::kDouble));
   communicator_->all_reduce_sum(squares, "all-reduce of the gradient norm")->wait();
@@ -287,13 +418,10 @@ torch::Tensor DataParallel::clip_and_step(double max_norm, double lr) {
     for (auto& grad : d.slice_grads) grad.mul_(clip_coef);
   }
   d.optimizer->step(lr);
+  if (d.fsdp) return total_norm;  // the next forward gathers the updated slices
   std::vector<std::shared_ptr<Work>> works;
-  for (size_t b = 0; b < d.buckets.size(); ++b) {
-    Bucket& bucket = d.buckets[b];
-    const int64_t slice = bucket.numel / d.world;
-    works.push_back(communicator_->all_gather(bucket.params.narrow(0, slice * d.rank, slice), bucket.params,
-                                              "all-gather of parameter bucket " + std::to_string(b)));
-  }
+  for (FlatGroup& bucket : d.groups)
+    works.push_back(communicator_->all_gather(bucket.param_shard, bucket.params, "all-gather of parameters of " + bucket.what));
   for (auto& work : works) work->wait();
   return total_norm;
 }
@@ -305,9 +433,10 @@ void DataParallel::zero_grad() {
     return;
   }
   torch::NoGradGuard no_grad;
-  for (Bucket& bucket : d.buckets) {
-    bucket.grads.zero_();
-    if (bucket.grad_slice.defined()) bucket.grad_slice.zero_();
+  d.reduced_micro_batches = 0;
+  for (FlatGroup& group : d.groups) {
+    if (storage_allocated(group.grads)) group.grads.zero_();
+    if (group.grad_shard.defined()) group.grad_shard.zero_();
   }
 }
 
@@ -321,27 +450,33 @@ std::vector<NamedTensor> DataParallel::optimizer_state() {
   return tensors;
 }
 
-void DataParallel::load_optimizer_state(const SafetensorsFile& file, const std::string& origin) {
-  torch::NoGradGuard no_grad;
-  for (auto& slot : impl_->optimizer->slots()) {
-    for (const auto& [prefix, tensor] : {std::pair{"exp_avg.", slot.exp_avg}, std::pair{"exp_avg_sq.", slot.exp_avg_sq}}) {
-      const std::string name = prefix + slot.name;
-      if (!file.find(name))
-        throw InputError(describe(origin, name, "no such optimizer tensor: the checkpoint was written with another strategy, "
-                                                "number of ranks or bucket size"));
-      torch::Tensor saved = file.get(name);
-      if (!saved.sizes().equals(tensor.sizes()))
-        throw InputError(describe(origin, name, "optimizer tensor of another shape"));
-      tensor.copy_(saved);
-    }
-  }
-  impl_->optimizer->set_steps_taken(file.get("adam_steps").item<int64_t>());
+void DataParallel::load_optimizer_state(const std::vector<SafetensorsFile>& files) {
+  load_optimizer_pieces(*impl_->optimizer, files);
 }
 
 int64_t DataParallel::optimizer_state_bytes() const {
   int64_t bytes = 0;
   for (auto& slot : impl_->optimizer->slots()) bytes += static_cast<int64_t>(slot.exp_avg.nbytes() + slot.exp_avg_sq.nbytes());
   return bytes;
+}
+
+// Storage actually allocated now, by kind: what the strategies differ in, measured rather than
+// computed from their formulas.
+MemoryFootprint DataParallel::memory_footprint() const {
+  const Impl& d = *impl_;
+  MemoryFootprint footprint;
+  footprint.optimizer_state = optimizer_state_bytes();
+  if (!communicator_ || !sharded_) {
+    for (const auto& parameter : d.parameters) {
+      footprint.parameters += static_cast<int64_t>(parameter.nbytes());
+      if (!communicator_) footprint.gradients += parameter.grad().defined() ? static_cast<int64_t>(parameter.grad().nbytes()) : 0;
+    }
+  }
+  for (const FlatGroup& group : d.groups) {
+    footprint.parameters += storage_bytes(group.params) + (d.fsdp ? storage_bytes(group.param_shard) : 0);
+    footprint.gradients += storage_bytes(group.grads) + storage_bytes(group.grad_shard) + storage_bytes(group.incoming);
+  }
+  return footprint;
 }
 
 SyncStats DataParallel::sync_stats() const {

@@ -79,6 +79,16 @@ int64_t peak_memory_bytes(const torch::Device& device) {
   return 0;
 }
 
+int64_t peak_allocated_bytes(const torch::Device& device) {
+#if defined(MPIBERT_WITH_CUDA)
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  return 0;
+}
+
 nlohmann::ordered_json describe_device(const torch::Device& device) {
   if (!device.is_cuda()) return {{"type", "cpu"}};
   nlohmann::ordered_json info = {{"type", "cuda"}, {"index", device.index()}};

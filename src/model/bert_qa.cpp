@@ -267,10 +267,12 @@ BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& optio
 torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                      const torch::Tensor& attention_mask) {
   auto hidden = embeddings(input_ids, token_type_ids);
-  // HF's extended mask: (1 - mask) * float32 min, broadcast over heads and query positions.
-  auto additive_mask = (1.0 - attention_mask.to(hidden.dtype()).unsqueeze(1).unsqueeze(2)) *
-                       std::numeric_limits<float>::lowest();
-  return encoder(hidden, additive_mask);
+  return encoder(hidden, additive_attention_mask(attention_mask, hidden.scalar_type()));
+}
+
+torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
+  // Broadcast over heads and query positions.
+  return (1.0 - attention_mask.to(dtype).unsqueeze(1).unsqueeze(2)) * std::numeric_limits<float>::lowest();
 }
 
 BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options)
@@ -279,6 +281,14 @@ BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertConfig& con
   bert = register_module("bert", BertModel(config_, options_));
   qa_outputs = register_module("qa_outputs", torch::nn::Linear(config_.hidden_size, 2));
   init_weights();
+}
+
+std::vector<std::string> BertForQuestionAnsweringImpl::unit_prefixes() const {
+  std::vector<std::string> prefixes = {"bert.embeddings."};
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer)
+    prefixes.push_back("bert.encoder.layer." + std::to_string(layer) + ".");
+  prefixes.push_back("qa_outputs.");
+  return prefixes;
 }
 
 void BertForQuestionAnsweringImpl::init_weights() {
@@ -302,8 +312,21 @@ QAOutput BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, c
                                                 const torch::Tensor& end_positions) {
   QAOutput out;
   Bf16AutocastGuard autocast(options_.autocast_bf16, input_ids.device().type());
-  out.sequence_output = bert(input_ids, token_type_ids, attention_mask);
-  auto logits = qa_outputs(out.sequence_output);
+  // BertModel's forward, unit by unit, so that the unit hooks see each one.
+  size_t unit = 0;
+  auto run_unit = [&](auto&& body) {
+    if (unit_hooks_) unit_hooks_->before_unit(unit);
+    torch::Tensor output = body();
+    if (unit_hooks_) unit_hooks_->after_unit(unit, output);
+    ++unit;
+    return output;
+  };
+  torch::Tensor hidden = run_unit([&] { return bert->embeddings(input_ids, token_type_ids); });
+  const torch::Tensor additive_mask = additive_attention_mask(attention_mask, hidden.scalar_type());
+  for (const auto& module : *bert->encoder->layer)
+    hidden = run_unit([&] { return module->as<BertLayerImpl>()->forward(hidden, additive_mask); });
+  out.sequence_output = hidden;
+  auto logits = run_unit([&] { return qa_outputs(hidden); });
   out.start_logits = logits.select(-1, 0).contiguous();
   out.end_logits = logits.select(-1, 1).contiguous();
   if (start_positions.defined() && end_positions.defined())

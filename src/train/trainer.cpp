@@ -11,6 +11,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/core/process.hpp"
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/sampler.hpp"
 #include "mpibert/dist/device.hpp"
@@ -125,6 +126,7 @@ class Trainer {
   void save_checkpoint();
   nlohmann::ordered_json results(bool stopped_early, double train_runtime) const;
   nlohmann::ordered_json parallel_summary() const;
+  nlohmann::ordered_json memory_per_rank() const;
   void write_hf_names(const nlohmann::ordered_json& results) const;
   CheckpointContext checkpoint_context() const;
 
@@ -252,13 +254,14 @@ void Trainer::set_up_parallel() {
   if (ranks_.size > 1) communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout());
   parallel_ = std::make_unique<DataParallel>(model(), communicator_, adam, options_.parallel);
   if (!resume_from_.empty()) {
-    agree_on(ranks_, [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), *parallel_, device_); });
+    agree_on(ranks_, [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), state_.world_size, *parallel_, device_); });
     spdlog::info("resumed from {} at step {} (epoch {}, micro-batch {})", resume_from_, state_.global_step, state_.epoch,
                  state_.micro_batches_done);
   }
   parallel_->broadcast_parameters();
   flops_per_token_ = 6.0 * static_cast<double>(count_non_embedding_parameters(*model()));
   state_.world_size = ranks_.size;
+  state_.per_rank_batch_size = options_.batch_size;
   state_.strategy = checkpoint_context().strategy;
   resumed_from_step_ = state_.global_step;
   spdlog::info("training on {}: {} features, {} steps ({} per epoch, global batch {} = {} x {} accumulation x {} ranks), warmup {}, "
@@ -270,7 +273,7 @@ void Trainer::set_up_parallel() {
 
 CheckpointContext Trainer::checkpoint_context() const {
   return {options_.output_dir, options_.vocab, ranks_.rank, ranks_.size,
-          ranks_.size > 1 ? strategy_name(options_.parallel.strategy) : "ddp", options_.save_total_limit};
+          ranks_.size > 1 ? strategy_name(options_.parallel.strategy) : "ddp", options_.save_total_limit, options_.batch_size};
 }
 
 // The training loop.
@@ -398,6 +401,7 @@ void Trainer::flush_logs(bool print_progress) {
 void Trainer::run_evaluation() {
   timed(phases_.eval, "mpibert::eval", [&] {
     if (!eval_store_) agree_on(ranks_, [&] { eval_store_ = FeatureStore::open(options_.eval_dir); });
+    const WholeParameters whole(*parallel_);  // fsdp: each rank evaluates its own share, at its own pace
     last_eval_ = evaluate(model(), *eval_store_, options_.output_dir, options_.eval_batch_size, options_.postprocess);
   });
   last_eval_step_ = state_.global_step;
@@ -489,7 +493,29 @@ nlohmann::ordered_json Trainer::parallel_summary() const {
           {"gradient_transfer_after_backward_seconds_mean", job.exposed_transfer_seconds / ranks_.size},
           {"hidden_transfer_fraction", job.hidden_fraction()},
           {"wait_after_backward_seconds_mean", job.exposed_seconds / ranks_.size},
-          {"optimizer_state_bytes_per_rank", parallel_->optimizer_state_bytes()}};
+          {"optimizer_state_bytes_per_rank", parallel_->optimizer_state_bytes()},
+          {"memory_per_rank", memory_per_rank()}};
+}
+
+// Per rank: the bytes of parameters, gradients and optimizer state held between steps, and the
+// peak (resident set on the CPU, allocated on a GPU) since the start.
+nlohmann::ordered_json Trainer::memory_per_rank() const {
+  const MemoryFootprint held = parallel_->memory_footprint();
+  const int64_t peak = device_.is_cuda() ? peak_allocated_bytes(device_) : peak_resident_bytes();
+  std::vector<double> mine = {static_cast<double>(held.parameters), static_cast<double>(held.gradients),
+                              static_cast<double>(held.optimizer_state), static_cast<double>(peak)};
+  std::vector<std::string> all = {nlohmann::json(mine).dump()};
+  if (ranks_.size > 1) all = all_gather_strings(all.front());
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const std::string& text : all) {
+    const auto v = nlohmann::json::parse(text);
+    ranks.push_back({{"parameter_bytes", v[0].get<int64_t>()},
+                     {"gradient_bytes", v[1].get<int64_t>()},
+                     {"optimizer_state_bytes", v[2].get<int64_t>()},
+                     {"steady_state_bytes", v[0].get<int64_t>() + v[1].get<int64_t>() + v[2].get<int64_t>()},
+                     {device_.is_cuda() ? "peak_gpu_allocated_bytes" : "peak_rss_bytes", v[3].get<int64_t>()}});
+  }
+  return ranks;
 }
 
 // HF Trainer's files for what the run wrote (hf_run_files.hpp): its results and log history,

@@ -125,6 +125,7 @@ nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
           {"epoch", epoch},
           {"micro_batches_done_in_epoch", micro_batches_done},
           {"world_size", world_size},
+          {"per_rank_batch_size", per_rank_batch_size},
           {"strategy", strategy},
           {"best_metric", best_metric ? nlohmann::ordered_json(*best_metric) : nlohmann::ordered_json()},
           {"best_metric_name", "eval_f1"},
@@ -160,6 +161,7 @@ void save_training_checkpoint(const CheckpointContext& context, BertForQuestionA
   const Ranks ranks{context.rank, context.world_size};
   const fs::path final_dir = checkpoint_dir(context.output_dir, state.global_step);
   const fs::path staging = staging_dir(context.output_dir, state.global_step);
+  const WholeParameters whole(parallel);  // fsdp: rank 0 writes the model whole
   try {
     agree_on(ranks, [&] {
       if (!ranks.root()) return;
@@ -226,10 +228,11 @@ void verify_checkpoint(const std::string& dir, int rank) {
   if (!fs::exists(list))
     throw InputError(describe(list, "", "missing: the checkpoint is incomplete (its save did not finish) or not mpibert's"));
   const auto sums = read_checkpoint_checksums(list);
-  if (!sums.count(rank_file(rank)))
-    throw InputError(describe(list, "", "lists no " + rank_file(rank) + ": written by a run of fewer ranks"));
+  // Sharded optimizer state lives in the ranks' files, and a rank may read any of them (another
+  // number of ranks resharding it): every rank checks every file.
+  const bool sharded = !sums.count("optimizer.safetensors");
   for (const auto& [name, expected] : sums) {
-    if (is_other_ranks_file(name, rank)) continue;
+    if (!sharded && is_other_ranks_file(name, rank)) continue;
     const std::string path = dir + "/" + name;
     if (!fs::exists(path)) throw InputError(describe(path, "", "missing (" + std::string(kCheckpointChecksumsName) + " lists it)"));
     const FileChecksum found = checksum_file(path);
@@ -251,6 +254,7 @@ TrainerState read_trainer_state(const std::string& path) {
   state.micro_batches_done = fields.integer<int64_t>(json, "", "micro_batches_done_in_epoch");
   state.world_size = fields.integer<int>(json, "", "world_size", 1);
   state.strategy = fields.text(json, "", "strategy");
+  if (json.contains("per_rank_batch_size")) state.per_rank_batch_size = fields.integer<int64_t>(json, "", "per_rank_batch_size", 1);
   const auto& history = fields.get(json, "", "loss_history", JsonFields::Json::value_t::array);
   for (size_t i = 0; i < history.size(); ++i) {
     const std::string entry = "loss_history[" + std::to_string(i) + "]";
@@ -310,16 +314,44 @@ void restore_rng_state(const torch::Device& device, const SafetensorsFile& file,
   }
 }
 
+namespace {
+
+// Where this run's ranks continue in the epoch: the samples the checkpoint's ranks consumed, in
+// micro-batches of this run's global size (the epoch's order is one permutation whatever the
+// number of ranks, and each global micro-batch takes the next run of it: sampler.hpp).
+int64_t micro_batches_done_here(const std::string& dir, const TrainerState& saved, const CheckpointContext& context) {
+  const int64_t here = context.per_rank_batch_size * context.world_size;
+  if (saved.per_rank_batch_size == 0) {  // written before checkpoints recorded their batch size
+    if (saved.world_size != context.world_size)
+      throw InputError(describe(dir, "trainer_state.json", "written by a run of " + std::to_string(saved.world_size) +
+                                                               " ranks without its batch size: resume it with the same number of ranks"));
+    return saved.micro_batches_done;
+  }
+  const int64_t there = saved.per_rank_batch_size * saved.world_size;
+  if (there == here) return saved.micro_batches_done;
+  const int64_t samples = saved.micro_batches_done * there;
+  if (samples % here != 0)
+    throw InputError(describe(dir, "trainer_state.json", std::to_string(saved.world_size) + " ranks x batch " +
+                                                             std::to_string(saved.per_rank_batch_size) + " consumed " +
+                                                             std::to_string(samples) + " samples of the epoch, not a multiple of this run's " +
+                                                             std::to_string(context.world_size) + " x " +
+                                                             std::to_string(context.per_rank_batch_size) +
+                                                             ": choose --batch-size so that ranks x batch divides it"));
+  spdlog::warn("{}: written with {} ranks x batch {}, resumed with {} x {}: another global micro-batch, so not the run that "
+               "would have continued (the same global batch per step gives that)",
+               dir, saved.world_size, saved.per_rank_batch_size, context.world_size, context.per_rank_batch_size);
+  return samples / here;
+}
+
+}  // namespace
+
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
                                             BertForQuestionAnswering& model) {
   TrainerState state = read_trainer_state(dir + "/trainer_state.json");
-  if (state.world_size != context.world_size)
-    throw InputError(describe(dir, "trainer_state.json", "written by a run of " + std::to_string(state.world_size) +
-                                                             " ranks; this run has " + std::to_string(context.world_size) +
-                                                             ": resume with the same number of ranks (the data order and the "
-                                                             "global batch depend on it)"));
-  if (context.world_size > 1 && state.strategy != context.strategy)
-    throw InputError(describe(dir, "trainer_state.json", "written with --strategy " + state.strategy + "; this run uses " + context.strategy));
+  state.micro_batches_done = micro_batches_done_here(dir, state, context);
+  if (state.world_size != context.world_size || state.strategy != context.strategy)
+    spdlog::info("{}: written by {} ranks ({}), resharded for {} ranks ({})", dir, state.world_size, state.strategy, context.world_size,
+                 context.strategy);
   const BertConfig saved = BertConfig::load(dir + "/config.json");
   if (std::string mismatch = shape_mismatch(saved, model->config()); !mismatch.empty())
     throw InputError(describe(dir, "", "checkpoint of another model shape: " + mismatch));
@@ -329,15 +361,23 @@ TrainerState load_training_checkpoint_model(const std::string& dir, const Checkp
   return state;
 }
 
-void load_training_checkpoint_rest(const std::string& dir, const CheckpointContext& context, DataParallel& parallel,
-                                   const torch::Device& device) {
-  const std::string own_path = dir + "/" + rank_file(context.rank);
-  SafetensorsFile own = SafetensorsFile::open(own_path);
-  if (parallel.optimizer_state_is_sharded()) {
-    parallel.load_optimizer_state(own, own_path);
+void load_training_checkpoint_rest(const std::string& dir, const CheckpointContext& context, int saved_world_size,
+                                   DataParallel& parallel, const torch::Device& device) {
+  // Unsharded state is one file; sharded state is in every rank's file of the run that wrote it.
+  std::vector<SafetensorsFile> optimizer_files;
+  if (fs::exists(dir + "/optimizer.safetensors")) {
+    optimizer_files.push_back(SafetensorsFile::open(dir + "/optimizer.safetensors"));
   } else {
-    parallel.load_optimizer_state(SafetensorsFile::open(dir + "/optimizer.safetensors"), dir + "/optimizer.safetensors");
+    for (int r = 0; r < saved_world_size; ++r) optimizer_files.push_back(SafetensorsFile::open(dir + "/" + rank_file(r)));
   }
+  parallel.load_optimizer_state(optimizer_files);
+  const std::string own_path = dir + "/" + rank_file(context.rank);
+  if (context.rank >= saved_world_size) {
+    spdlog::warn("{}: written by {} ranks, none of them this rank {}: its RNG stays as seeded (dropout masks differ from "
+                 "the run that was not stopped)", dir, saved_world_size, context.rank);
+    return;
+  }
+  SafetensorsFile own = SafetensorsFile::open(own_path);
   restore_rng_state(torch::kCPU, own, "cpu_rng_state");
   if (device.is_cuda()) {
     if (own.find("cuda_rng_state")) {

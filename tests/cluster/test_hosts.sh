@@ -4,7 +4,7 @@
 # the namespace launch agent in ssh's place (plm_rsh_agent) and talks over TCP on that subnet only
 # (btl tcp,self; oob and btl restricted to the subnet). Checked:
 #   1. equivalence: the small BERT trained 4 steps on 2 hosts x 1 rank ends with the same bytes in
-#      model.safetensors as on 1 host x 2 ranks over shared memory, for ddp and for zero1;
+#      model.safetensors as on 1 host x 2 ranks over shared memory, for ddp, zero1, zero2 and fsdp;
 #   2. a rank killed (SIGKILL) on h2 mid-run: every rank on both hosts is gone within 30 s, mpirun
 #      exits non-zero naming the lost rank and its host, and no file under its final name in the
 #      run directory is half-written (no results.json; every checkpoint-N complete);
@@ -61,7 +61,7 @@ across_hosts() {  # LOG COMMAND: 2 ranks, one per host (hosts.sh mpirun: TCP on 
 }
 
 # --- 1. 2 hosts x 1 rank = 1 host x 2 ranks -------------------------------------------------
-for strategy in ddp zero1; do
+for strategy in ddp zero1 zero2 fsdp; do
   say "$strategy: 4 steps on 1 host x 2 ranks (shared memory), then on 2 hosts x 1 rank (TCP)"
   mpirun -n 2 --bind-to none $(train_args "$work/one-host-$strategy" "$strategy" --max-steps 4) \
     > "$work/one-host-$strategy.log" 2>&1 || { cat "$work/one-host-$strategy.log"; fail "1 host x 2 ranks ($strategy)"; }

@@ -1,6 +1,7 @@
 // Process-wide settings for tensor workloads, and facts about the process's machine.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace mpibert {
@@ -14,5 +15,8 @@ std::string host_name();
 // page-fault its activations in anew (measured: ~10-20% of a small model's step time on CPU).
 // Results are unchanged; the resident set stays at its peak.
 void keep_freed_memory_for_reuse();
+
+// The most memory this process has had resident since it started (getrusage's ru_maxrss), in bytes.
+int64_t peak_resident_bytes();
 
 }  // namespace mpibert

@@ -1,19 +1,31 @@
 // Data parallelism: gradient synchronization and the optimizer step, for one process or many.
 //
-// Modeled on PyTorch's c10d Reducer. Parameters are grouped into buckets in reverse registration
-// order (roughly the order backward produces their gradients; the first bucket is small so that
-// communication starts early). Each parameter's .grad is a view into its bucket's flat buffer,
-// so autograd accumulates straight into it; a hook on the parameter's gradient accumulator
-// counts the bucket down, and when a bucket is complete its reduction starts at once (buckets
-// are launched in index order on every rank), overlapping the rest of backward.
+// Modeled on PyTorch's c10d Reducer and FSDP. Parameters are grouped into flat groups: buckets in
+// reverse registration order (roughly the order backward produces their gradients; the first
+// bucket is small so that communication starts early), or, for fsdp, the model's units. Each
+// parameter's .grad is a view into its group's flat buffer, so autograd accumulates straight into
+// it; a hook on the parameter's gradient accumulator counts the group down, and when a group is
+// complete its reduction starts at once (groups are launched in index order on every rank),
+// overlapping the rest of backward.
 //
 //   ddp    the bucket is averaged across ranks (all-reduce); every rank keeps the whole AdamW
 //          state and applies the same update.
 //   zero1  ZeRO stage 1: the bucket is reduce-scattered, each rank keeps AdamW state for its
 //          1/N slice of every bucket only, updates that slice, and the parameters are
 //          all-gathered back. Same arithmetic as ddp, 1/N of the optimizer memory.
+//   zero2  ZeRO stage 2: as zero1, and a bucket's full-size gradient buffer is freed as soon as
+//          its reduce-scatter is done (allocated again at the next step's first backward): between
+//          steps a rank holds only its 1/N gradient slices.
+//   fsdp   FSDP FULL_SHARD / ZeRO stage 3: the groups are the model's units (UnitHooks), and a
+//          rank holds only its 1/N slice of each unit's parameters. A unit is all-gathered just
+//          before its forward (the next unit's gather prefetched) and freed after it (the last
+//          one is kept for backward), gathered again before its backward (the one before it
+//          prefetched), and its gradients reduce-scattered as soon as its backward is done.
+//          Gradient accumulation cannot skip communication here: parameters are gathered for
+//          every micro-batch, and gradients are reduce-scattered every micro-batch too (keeping
+//          them whole until the last would cost the memory fsdp exists to save).
 //
-// With one process (no communicator) this is plain clipping + AdamW.
+// With one process (no communicator) this is plain clipping + AdamW, whatever the strategy.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +40,10 @@
 
 namespace mpibert {
 
-enum class Strategy { kDdp, kZero1 };
-Strategy parse_strategy(const std::string& name);  // "ddp" | "zero1"
+enum class Strategy { kDdp, kZero1, kZero2, kFsdp };
+Strategy parse_strategy(const std::string& name);  // "ddp" | "zero1" | "zero2" | "fsdp"
 const char* strategy_name(Strategy strategy);
+inline constexpr const char* kStrategyNames = "ddp, zero1, zero2, fsdp";
 
 struct DataParallelOptions {
   Strategy strategy = Strategy::kDdp;
@@ -48,6 +61,12 @@ struct SyncStats {
   double hidden_fraction() const { return busy_seconds > 0 ? 1.0 - exposed_transfer_seconds / busy_seconds : 0.0; }
 };
 
+// What a rank holds between steps, by kind (bytes): the steady state that the strategies differ in.
+struct MemoryFootprint {
+  int64_t parameters = 0, gradients = 0, optimizer_state = 0;
+  int64_t total() const { return parameters + gradients + optimizer_state; }
+};
+
 class DataParallel {
  public:
   // `communicator` null: one process. The parameters are taken from `model` in registration order.
@@ -57,8 +76,14 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // Every rank starts from rank 0's parameters.
+  // Every rank starts from rank 0's parameters (fsdp: then each keeps its slices only).
   void broadcast_parameters();
+
+  // fsdp: the parameters are whole only around their unit's forward and backward. Gathering makes
+  // every parameter whole on every rank (collective) until release, for evaluation or saving the
+  // model; the units' hooks do nothing meanwhile. Other strategies: nothing to do.
+  void gather_full_parameters();
+  void release_full_parameters();
 
   // Before each micro-batch's backward: `synchronize` is false on gradient-accumulation
   // micro-steps (DDP's no_sync), true on the last one of a step.
@@ -73,17 +98,24 @@ class DataParallel {
   void zero_grad();
 
   // Checkpoints. ddp and one process: the whole state, identical on every rank (rank 0 saves it).
-  // zero1: this rank's slices; every rank saves its own.
+  // zero1, zero2, fsdp: this rank's slices; every rank saves its own. Tensors are named
+  // "exp_avg.NAME[BEGIN:END]" (a range of parameter NAME's flattened elements; a whole parameter
+  // has no range) and "adam_steps".
   bool optimizer_state_is_sharded() const { return sharded_; }
   std::vector<NamedTensor> optimizer_state();
-  void load_optimizer_state(const SafetensorsFile& file, const std::string& origin);
+  // From the files of any strategy and number of ranks: each moment this rank holds is put
+  // together from the pieces that cover it (DeepSpeed's universal checkpoint). A piece missing or
+  // of another shape is an InputError naming the file or the tensor.
+  void load_optimizer_state(const std::vector<SafetensorsFile>& files);
   int64_t optimizer_state_bytes() const;  // on this rank
+  MemoryFootprint memory_footprint() const;  // on this rank, now
 
   // Waits for the timings of reductions still in flight.
   SyncStats sync_stats() const;
 
   // The gradient buckets in launch order: their parameters (in the order backward tends to finish
   // them) and element count, padded to a multiple of the number of ranks. None with one process.
+  // fsdp: the units instead, in forward order.
   struct BucketLayout {
     std::vector<std::string> parameters;
     int64_t numel = 0;
@@ -91,11 +123,25 @@ class DataParallel {
   std::vector<BucketLayout> bucket_layout() const;
   size_t num_buckets() const;
 
+  struct Impl;  // opaque here (src/dist/data_parallel_impl.hpp)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<Communicator> communicator_;
   bool sharded_ = false;
+};
+
+// The parameters whole for a scope (evaluation, saving): DataParallel::gather_full_parameters on
+// construction, release on destruction. Collective: every rank creates it at the same point.
+class WholeParameters {
+ public:
+  explicit WholeParameters(DataParallel& parallel) : parallel_(parallel) { parallel_.gather_full_parameters(); }
+  ~WholeParameters() { parallel_.release_full_parameters(); }
+  WholeParameters(const WholeParameters&) = delete;
+  WholeParameters& operator=(const WholeParameters&) = delete;
+
+ private:
+  DataParallel& parallel_;
 };
 
 }  // namespace mpibert

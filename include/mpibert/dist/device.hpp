@@ -22,6 +22,8 @@ void synchronize(const torch::Device& device);
 
 // The most memory the caching allocator held on a CUDA device since the start, 0 on the CPU.
 int64_t peak_memory_bytes(const torch::Device& device);
+// The most memory tensors held on a CUDA device since the start (allocated, not reserved), 0 on the CPU.
+int64_t peak_allocated_bytes(const torch::Device& device);
 
 // The driver's version from the first line of /proc/driver/nvidia/version, for proprietary and
 // open kernel modules alike ("...Kernel Module  580.95.05  ..." and "...Open Kernel Module for

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace mpibert {
 
@@ -134,6 +135,17 @@ class BertModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertModel);
 
+// Called around each unit of the model in forward order: the embeddings, each encoder layer, the
+// QA head (the units of FSDP's auto-wrap policy for BERT). Sharded data parallelism
+// (dist/data_parallel.hpp) gathers a unit's parameters before it runs and releases them after.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void before_unit(size_t unit) = 0;
+  // `output` is what the unit returns; its gradient arriving marks the start of the unit's backward.
+  virtual void after_unit(size_t unit, const torch::Tensor& output) = 0;
+};
+
 class BertForQuestionAnsweringImpl : public torch::nn::Module {
  public:
   explicit BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options = {});
@@ -145,6 +157,11 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
   void init_weights();
   const BertConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
+  // The units in forward order, each named by the prefix of its parameters' names
+  // ("bert.embeddings.", "bert.encoder.layer.0.", ..., "qa_outputs.").
+  std::vector<std::string> unit_prefixes() const;
+  // Hooks around the units of every forward from now on (nullptr: none). Not owned.
+  void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
 
   BertModel bert{nullptr};
   torch::nn::Linear qa_outputs{nullptr};
@@ -152,8 +169,12 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
  private:
   BertConfig config_;
   ModelOptions options_;
+  UnitHooks* unit_hooks_ = nullptr;
 };
 TORCH_MODULE(BertForQuestionAnswering);
+
+// HF's extended attention mask: (1 - mask) * float32 min as `dtype`, [batch, 1, 1, seq].
+torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
 
 // HF's QA loss: positions clamped to [0, seq], cross-entropy ignoring index seq, mean of start and end.
 torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,

@@ -1,6 +1,7 @@
 // The trainer's checkpoints, RUN/checkpoint-STEP/: an HF model directory (checkpoint.hpp) plus
 // what an exact resume needs: trainer_state.json (where the loop stands), optimizer.safetensors
-// (AdamW moments; zero1: each rank's slices in its own file), rank-R.safetensors (that rank's
+// (AdamW moments; zero1, zero2, fsdp: each rank's slices in its own file, by parameter ranges, so that
+// another number of ranks or another strategy can resume from them), rank-R.safetensors (that rank's
 // CPU and, on a GPU, CUDA RNG state) and, written last, checksums.json (size and CRC-32 of every
 // other file): a checkpoint cut short or damaged on disk is refused by name, never half-loaded.
 #pragma once
@@ -29,6 +30,7 @@ struct TrainerState {
   int64_t best_step = -1;
   double total_flos = 0;  // HF's estimate of the training FLOPs so far (all ranks)
   int world_size = 1;
+  int64_t per_rank_batch_size = 0;  // 0: not recorded (older checkpoints)
   std::string strategy = "ddp";
 
   nlohmann::ordered_json to_json(const BertConfig& config) const;
@@ -41,6 +43,7 @@ struct CheckpointContext {
   int rank = 0, world_size = 1;
   std::string strategy = "ddp";
   int64_t save_total_limit = 0;  // checkpoints kept (0: all)
+  int64_t per_rank_batch_size = 1;  // micro-batch per rank: with world_size, where a resume continues in the epoch
 };
 
 // OUTPUT_DIR/checkpoint-STEP, the checkpoint of a step.
@@ -59,8 +62,9 @@ inline constexpr const char* kCheckpointChecksumsName = "checksums.json";
 // the field when it is not such a record.
 std::map<std::string, FileChecksum> read_checkpoint_checksums(const std::string& path);
 
-// Checks the files of checkpoint `dir` that rank `rank` reads (all but other ranks' own files)
-// against its checksums.json; the first one missing, cut or changed is an InputError naming it.
+// Checks the files of checkpoint `dir` that rank `rank` may read (all of them when the optimizer
+// state is sharded across the ranks' files, else all but other ranks' own) against its
+// checksums.json; the first one missing, cut or changed is an InputError naming it.
 void verify_checkpoint(const std::string& dir, int rank);
 
 // trainer_state.json, parsed and checked (InputError naming the file and the field).
@@ -81,7 +85,7 @@ void restore_rng_state(const torch::Device& device, const SafetensorsFile& file,
 
 // Every rank calls it at the same step. Built under a temporary name and renamed once every rank
 // has written its part: rank 0 the model, the trainer state and (unless sharded) the optimizer;
-// every rank its RNG states and (zero1) its optimizer slices; then rank 0 the checksums. A rank
+// every rank its RNG states and (sharded) its optimizer slices; then rank 0 the checksums. A rank
 // that fails (a full disk) fails the save on every rank at once: the staging directory is removed
 // and the checkpoints before stay as they were. Older checkpoints beyond save_total_limit are
 // renamed away before they are deleted, so that no half-deleted one is ever taken for a checkpoint.
@@ -89,13 +93,16 @@ void save_training_checkpoint(const CheckpointContext& context, BertForQuestionA
                               const TrainerState& state, const torch::Device& device);
 
 // The trainer state and the model weights of a checkpoint that checkpoint_to_resume chose; refuses
-// a checkpoint of another model shape, vocab, number of ranks or strategy (InputError naming the
-// file).
+// a checkpoint of another model shape or vocab (InputError naming the file). Another number of
+// ranks or another strategy reshards: the model file is whole, and the position in the epoch is
+// converted to this run's global micro-batch (refused when it does not divide the samples done).
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
                                             BertForQuestionAnswering& model);
-// The optimizer state and this rank's RNG states. A checkpoint written on a CPU restores no CUDA
-// RNG state; one written on a GPU loads on a CPU without it.
-void load_training_checkpoint_rest(const std::string& dir, const CheckpointContext& context, DataParallel& parallel,
-                                   const torch::Device& device);
+// The optimizer state (from the files of all `saved_world_size` ranks when it was sharded, pieced
+// together for this rank's strategy and slices) and this rank's RNG states (a rank beyond the
+// saved ones keeps its seeded generator). A checkpoint written on a CPU restores no CUDA RNG
+// state; one written on a GPU loads on a CPU without it.
+void load_training_checkpoint_rest(const std::string& dir, const CheckpointContext& context, int saved_world_size,
+                                   DataParallel& parallel, const torch::Device& device);
 
 }  // namespace mpibert
