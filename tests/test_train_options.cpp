@@ -106,7 +106,7 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--profile-wait -1", "--profile-wait: -1: must be at least 0"},
       {"--threads -1", "--threads: -1: must be at least 0"},
       {"--collective-timeout -5", "--collective-timeout: -5.000000: must be at least 0"},
-      {"--strategy zero9", "--strategy: zero9 not in {ddp,zero1}"},
+      {"--strategy zero9", "--strategy: zero9 not in {ddp,zero1,zero2,fsdp}"},
       {"--device tpu", "--device: tpu not in {auto,cpu,cuda}"},
       {"--comm gloo", "--comm: gloo not in {auto,mpi,nccl}"},
       {"--padding some", "--padding: some not in {dynamic,full}"},
