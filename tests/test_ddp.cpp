@@ -56,19 +56,9 @@ class DataParallelRun : public ::testing::Test {
 
   static std::string checkpoint(const std::string& out, int step) { return out + "/checkpoint-" + std::to_string(step); }
 
-  // Parameters whose gradient is zero in exact arithmetic: the softmax over positions ignores a
-  // shift shared by every position (qa_outputs.bias, and the last LayerNorm's bias, which reaches
-  // the logits only through qa_outputs) and the attention softmax ignores the key bias. Their
-  // computed gradients are rounding noise, which AdamW turns into steps of +-lr whose sign
-  // depends on summation order; the HF trajectory test leaves them out for the same reason.
-  static bool has_zero_true_gradient(const std::string& name) {
-    const auto ends_with = [&](const std::string& suffix) {
-      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    };
-    const auto config = nlohmann::json::parse(read_file(data_->file("config.json")));
-    const std::string last_layer = "layer." + std::to_string(config["num_hidden_layers"].get<int>() - 1) + ".";
-    return ends_with("qa_outputs.bias") || ends_with("attention.self.key.bias") ||
-           ends_with(last_layer + "output.LayerNorm.bias");
+  // The trained layers' count, for test::has_zero_true_gradient.
+  static int64_t num_hidden_layers() {
+    return nlohmann::json::parse(read_file(data_->file("config.json")))["num_hidden_layers"].get<int64_t>();
   }
 
   // The largest |a - b| over the tensors of two safetensors files with the same names (those
@@ -77,10 +67,11 @@ class DataParallelRun : public ::testing::Test {
     const SafetensorsFile a = SafetensorsFile::open(a_path), b = SafetensorsFile::open(b_path);
     EXPECT_EQ(a.tensors().size(), b.tensors().size());
     double worst = 0;
+    const int64_t layers = num_hidden_layers();
     for (const auto& tensor : a.tensors()) {
       const torch::Tensor other = b.get(tensor.name);
       EXPECT_TRUE(other.sizes().equals(tensor.tensor.sizes())) << tensor.name;
-      if (tensor.tensor.is_floating_point() && !has_zero_true_gradient(tensor.name))
+      if (tensor.tensor.is_floating_point() && !test::has_zero_true_gradient(tensor.name, layers))
         worst = std::max(worst, (tensor.tensor.to(torch::kDouble) - other.to(torch::kDouble)).abs().max().item<double>());
     }
     return worst;

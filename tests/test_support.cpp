@@ -138,4 +138,12 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
+bool has_zero_true_gradient(const std::string& name, int64_t num_hidden_layers) {
+  const auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const std::string last_layer = "layer." + std::to_string(num_hidden_layers - 1) + ".";
+  return ends_with("qa_outputs.bias") || ends_with("attention.self.key.bias") || ends_with(last_layer + "output.LayerNorm.bias");
+}
+
 }  // namespace mpibert::test

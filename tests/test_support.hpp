@@ -58,4 +58,11 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
                     const std::string& split = "eval", bool record_vocab_digest = false);
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
 
+// BERT QA parameters whose gradient is zero in exact arithmetic: the softmax over positions ignores
+// a shift shared by every position (qa_outputs.bias, and the last layer's output LayerNorm bias,
+// which reaches the logits only through qa_outputs) and the attention softmax ignores the key bias.
+// Their computed gradients are rounding noise, which AdamW turns into steps of +-lr whose sign
+// depends on summation order: comparisons of runs that sum in another order leave them out.
+bool has_zero_true_gradient(const std::string& parameter_name, int64_t num_hidden_layers);
+
 }  // namespace mpibert::test

@@ -114,8 +114,8 @@ void DataParallel::Impl::attach_gradient_views() {
   for (size_t g = 0; g < groups.size(); ++g) {
     FlatGroup& group = groups[g];
     group.numel = (group.numel + world - 1) / world * world;
-    group.what += " (" + std::to_string(group.numel * parameters[group.members.front()].element_size()) + " bytes)";
     const auto& like = parameters[group.members.front()];
+    group.what += " (" + std::to_string(group.numel * like.element_size()) + " bytes)";
     group.grads = torch::zeros({group.numel}, like.options().requires_grad(false));
     for (size_t m = 0; m < group.members.size(); ++m) {
       torch::Tensor& parameter = parameters[group.members[m]];

@@ -151,6 +151,15 @@ class Bf16AutocastGuard {
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
+// Runs `body`, unit `unit` of the model, between `hooks` (when there are any).
+template <typename Body>
+torch::Tensor run_unit(UnitHooks* hooks, size_t unit, Body&& body) {
+  if (hooks) hooks->before_unit(unit);
+  torch::Tensor output = body();
+  if (hooks) hooks->after_unit(unit, output);
+  return output;
+}
+
 torch::nn::LayerNorm layer_norm(const BertConfig& config) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.hidden_size}).eps(config.layer_norm_eps));
 }
@@ -254,8 +263,10 @@ BertEncoderImpl::BertEncoderImpl(const BertConfig& config, const ModelOptions& o
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) layer->push_back(BertLayer(config, options));
 }
 
-torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const torch::Tensor& additive_mask) {
-  for (const auto& module : *layer) hidden = module->as<BertLayerImpl>()->forward(hidden, additive_mask);
+torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const torch::Tensor& additive_mask, UnitHooks* hooks) {
+  size_t unit = 1;
+  for (const auto& module : *layer)
+    hidden = run_unit(hooks, unit++, [&] { return module->as<BertLayerImpl>()->forward(hidden, additive_mask); });
   return hidden;
 }
 
@@ -265,9 +276,9 @@ BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& optio
 }
 
 torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                                     const torch::Tensor& attention_mask) {
-  auto hidden = embeddings(input_ids, token_type_ids);
-  return encoder(hidden, additive_attention_mask(attention_mask, hidden.scalar_type()));
+                                     const torch::Tensor& attention_mask, UnitHooks* hooks) {
+  auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids); });
+  return encoder(hidden, additive_attention_mask(attention_mask, hidden.scalar_type()), hooks);
 }
 
 torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
@@ -312,21 +323,9 @@ QAOutput BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, c
                                                 const torch::Tensor& end_positions) {
   QAOutput out;
   Bf16AutocastGuard autocast(options_.autocast_bf16, input_ids.device().type());
-  // BertModel's forward, unit by unit, so that the unit hooks see each one.
-  size_t unit = 0;
-  auto run_unit = [&](auto&& body) {
-    if (unit_hooks_) unit_hooks_->before_unit(unit);
-    torch::Tensor output = body();
-    if (unit_hooks_) unit_hooks_->after_unit(unit, output);
-    ++unit;
-    return output;
-  };
-  torch::Tensor hidden = run_unit([&] { return bert->embeddings(input_ids, token_type_ids); });
-  const torch::Tensor additive_mask = additive_attention_mask(attention_mask, hidden.scalar_type());
-  for (const auto& module : *bert->encoder->layer)
-    hidden = run_unit([&] { return module->as<BertLayerImpl>()->forward(hidden, additive_mask); });
-  out.sequence_output = hidden;
-  auto logits = run_unit([&] { return qa_outputs(hidden); });
+  out.sequence_output = bert(input_ids, token_type_ids, attention_mask, unit_hooks_);
+  const size_t qa_unit = static_cast<size_t>(config_.num_hidden_layers) + 1;
+  auto logits = run_unit(unit_hooks_, qa_unit, [&] { return qa_outputs(out.sequence_output); });
   out.start_logits = logits.select(-1, 0).contiguous();
   out.end_logits = logits.select(-1, 1).contiguous();
   if (start_positions.defined() && end_positions.defined())

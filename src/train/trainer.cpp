@@ -501,20 +501,16 @@ nlohmann::ordered_json Trainer::parallel_summary() const {
 // peak (resident set on the CPU, allocated on a GPU) since the start.
 nlohmann::ordered_json Trainer::memory_per_rank() const {
   const MemoryFootprint held = parallel_->memory_footprint();
-  const int64_t peak = device_.is_cuda() ? peak_allocated_bytes(device_) : peak_resident_bytes();
-  std::vector<double> mine = {static_cast<double>(held.parameters), static_cast<double>(held.gradients),
-                              static_cast<double>(held.optimizer_state), static_cast<double>(peak)};
-  std::vector<std::string> all = {nlohmann::json(mine).dump()};
-  if (ranks_.size > 1) all = all_gather_strings(all.front());
+  const nlohmann::ordered_json mine = {
+      {"parameter_bytes", held.parameters},
+      {"gradient_bytes", held.gradients},
+      {"optimizer_state_bytes", held.optimizer_state},
+      {"steady_state_bytes", held.total()},
+      {device_.is_cuda() ? "peak_gpu_allocated_bytes" : "peak_rss_bytes",
+       device_.is_cuda() ? peak_allocated_bytes(device_) : peak_resident_bytes()}};
+  if (ranks_.size == 1) return nlohmann::ordered_json::array({mine});
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-  for (const std::string& text : all) {
-    const auto v = nlohmann::json::parse(text);
-    ranks.push_back({{"parameter_bytes", v[0].get<int64_t>()},
-                     {"gradient_bytes", v[1].get<int64_t>()},
-                     {"optimizer_state_bytes", v[2].get<int64_t>()},
-                     {"steady_state_bytes", v[0].get<int64_t>() + v[1].get<int64_t>() + v[2].get<int64_t>()},
-                     {device_.is_cuda() ? "peak_gpu_allocated_bytes" : "peak_rss_bytes", v[3].get<int64_t>()}});
-  }
+  for (const std::string& text : all_gather_strings(mine.dump())) ranks.push_back(nlohmann::ordered_json::parse(text));
   return ranks;
 }
 

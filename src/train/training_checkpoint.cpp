@@ -49,6 +49,9 @@ int64_t checkpoint_step(const fs::path& path) {
 
 std::string rank_file(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
 
+// The whole optimizer state (ddp, one process); sharded strategies keep theirs in the rank files.
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+
 // The shape that a checkpoint and a run must share.
 std::string shape_mismatch(const BertConfig& a, const BertConfig& b) {
   std::ostringstream out;
@@ -172,7 +175,7 @@ void save_training_checkpoint(const CheckpointContext& context, BertForQuestionA
       if (ranks.root()) {
         save_pretrained(model, staging.string(), context.vocab);
         if (!parallel.optimizer_state_is_sharded())
-          write_safetensors((staging / "optimizer.safetensors").string(), parallel.optimizer_state());
+          write_safetensors((staging / kOptimizerFile).string(), parallel.optimizer_state());
         write_file_atomic((staging / "trainer_state.json").string(), state.to_json(model->config()).dump(2) + "\n");
       }
       std::vector<NamedTensor> own = {{"cpu_rng_state", rng_state(torch::kCPU)}};
@@ -230,7 +233,7 @@ void verify_checkpoint(const std::string& dir, int rank) {
   const auto sums = read_checkpoint_checksums(list);
   // Sharded optimizer state lives in the ranks' files, and a rank may read any of them (another
   // number of ranks resharding it): every rank checks every file.
-  const bool sharded = !sums.count("optimizer.safetensors");
+  const bool sharded = !sums.count(kOptimizerFile);
   for (const auto& [name, expected] : sums) {
     if (!sharded && is_other_ranks_file(name, rank)) continue;
     const std::string path = dir + "/" + name;
@@ -365,8 +368,8 @@ void load_training_checkpoint_rest(const std::string& dir, const CheckpointConte
                                    DataParallel& parallel, const torch::Device& device) {
   // Unsharded state is one file; sharded state is in every rank's file of the run that wrote it.
   std::vector<SafetensorsFile> optimizer_files;
-  if (fs::exists(dir + "/optimizer.safetensors")) {
-    optimizer_files.push_back(SafetensorsFile::open(dir + "/optimizer.safetensors"));
+  if (fs::exists(dir + "/" + kOptimizerFile)) {
+    optimizer_files.push_back(SafetensorsFile::open(dir + "/" + kOptimizerFile));
   } else {
     for (int r = 0; r < saved_world_size; ++r) optimizer_files.push_back(SafetensorsFile::open(dir + "/" + rank_file(r)));
   }

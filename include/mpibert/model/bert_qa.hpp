@@ -51,6 +51,17 @@ struct ModelOptions {
   bool fused_qkv = true;
 };
 
+// Called around each unit of the model in forward order: the embeddings, each encoder layer, the
+// QA head (the units of FSDP's auto-wrap policy for BERT). Sharded data parallelism
+// (dist/data_parallel.hpp) gathers a unit's parameters before it runs and releases them after.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void before_unit(size_t unit) = 0;
+  // `output` is what the unit returns; its gradient arriving marks the start of the unit's backward.
+  virtual void after_unit(size_t unit, const torch::Tensor& output) = 0;
+};
+
 class BertEmbeddingsImpl : public torch::nn::Module {
  public:
   explicit BertEmbeddingsImpl(const BertConfig& config);
@@ -119,7 +130,8 @@ TORCH_MODULE(BertLayer);
 class BertEncoderImpl : public torch::nn::Module {
  public:
   BertEncoderImpl(const BertConfig& config, const ModelOptions& options);
-  torch::Tensor forward(torch::Tensor hidden, const torch::Tensor& additive_mask);
+  // Each layer is unit 1 + its index for `hooks`.
+  torch::Tensor forward(torch::Tensor hidden, const torch::Tensor& additive_mask, UnitHooks* hooks = nullptr);
   torch::nn::ModuleList layer{nullptr};
 };
 TORCH_MODULE(BertEncoder);
@@ -127,24 +139,14 @@ TORCH_MODULE(BertEncoder);
 class BertModelImpl : public torch::nn::Module {
  public:
   BertModelImpl(const BertConfig& config, const ModelOptions& options);
-  // Last hidden state [batch, seq, hidden]; attention_mask is 1 for tokens, 0 for padding.
+  // Last hidden state [batch, seq, hidden]; attention_mask is 1 for tokens, 0 for padding. The
+  // embeddings are unit 0 for `hooks`, the layers the units after it.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                        const torch::Tensor& attention_mask);
+                        const torch::Tensor& attention_mask, UnitHooks* hooks = nullptr);
   BertEmbeddings embeddings{nullptr};
   BertEncoder encoder{nullptr};
 };
 TORCH_MODULE(BertModel);
-
-// Called around each unit of the model in forward order: the embeddings, each encoder layer, the
-// QA head (the units of FSDP's auto-wrap policy for BERT). Sharded data parallelism
-// (dist/data_parallel.hpp) gathers a unit's parameters before it runs and releases them after.
-class UnitHooks {
- public:
-  virtual ~UnitHooks() = default;
-  virtual void before_unit(size_t unit) = 0;
-  // `output` is what the unit returns; its gradient arriving marks the start of the unit's backward.
-  virtual void after_unit(size_t unit, const torch::Tensor& output) = 0;
-};
 
 class BertForQuestionAnsweringImpl : public torch::nn::Module {
  public:
