@@ -8,7 +8,9 @@
 #   mpibert_prep_job [TRAIN_INPUT [EVAL_INPUT]] [mpibert-prep options]
 #
 # A job's run directory is $RESULTS_DIR/${RUN_NAME:-JOB-STRATEGY-RANKSr-JOBID}: the SLURM job id
-# stays the same across requeues, so a requeued job finds its checkpoints (`--resume auto`).
+# stays the same across requeues, so a requeued job finds its checkpoints (`--resume auto`); one
+# requeued onto another number of ranks keeps the directory its first attempt named, and mpibert
+# reshards the checkpoint.
 # It holds what mpibert writes (results.json, metrics.jsonl, train_config.toml, tensorboard/,
 # predictions.json, checkpoint-N/) and, from here, job.log (the job's output, every attempt
 # appended, each headed by the job id, nodes, date, git commit and the exact command) and job.json
@@ -102,6 +104,15 @@ mpibert_launcher() {  # RANKS -> LAUNCH array, MPIBERT_LAUNCHER name
 }
 
 # --- small helpers ----------------------------------------------------------------------------
+# The job's tasks: nodes x tasks per node where that is uniform (a requeued job given another
+# number of nodes is counted from its allocation), else SLURM_NTASKS.
+mpibert__slurm_ranks() {
+  if [[ "${SLURM_NTASKS_PER_NODE:-}" =~ ^[1-9][0-9]*$ && "${SLURM_JOB_NUM_NODES:-}" =~ ^[1-9][0-9]*$ ]]; then
+    echo $(( SLURM_NTASKS_PER_NODE * SLURM_JOB_NUM_NODES ))
+  else
+    echo "${SLURM_NTASKS:-1}"
+  fi
+}
 mpibert__json_str() {
   local s=$1
   s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; s=${s//$'\r'/\\r}; s=${s//$'\t'/\\t}
@@ -163,8 +174,38 @@ mpibert_identity() {  # JOB RANKS
 
 mpibert_run_dir() {  # NAME (default run name)
   RUN_DIR=$RESULTS_DIR/${RUN_NAME:-$1}
+  if [ -z "${RUN_NAME:-}" ] && [ "$MPIBERT_RESTARTS" -gt 0 ] && [ ! -d "$RUN_DIR" ]; then
+    mpibert__earlier_attempt_dir "$1"
+  fi
   mkdir -p "$RUN_DIR"
   RUN_DIR=$(cd "$RUN_DIR" && pwd)
+}
+
+# A requeued job that now has another number of ranks: the run directory of its earlier attempts
+# (the same job id and job, any number of ranks), where its checkpoints are.
+mpibert__earlier_attempt_dir() {  # NAME (JOB-STRATEGY-RANKSr-JOBID)
+  local pattern dirs=()
+  pattern=$(sed -E 's/-[0-9]+r-([^-]+)$/-*r-\1/' <<< "$1")
+  for d in "$RESULTS_DIR"/$pattern; do [ -d "$d" ] && dirs+=("$d"); done
+  [ ${#dirs[@]} -le 1 ] || mpibert__die "job $MPIBERT_JOB_ID has several run directories (${dirs[*]}): set RUN_NAME"
+  if [ ${#dirs[@]} -eq 1 ]; then
+    MPIBERT_RUN_DIR_NOTE="requeued on $MPIBERT_RANKS ranks: continuing in ${dirs[0]} (its checkpoints are resharded)"
+    RUN_DIR=${dirs[0]}
+  fi
+}
+
+# GLOBAL_BATCH (site): the per-rank --batch-size that keeps that global batch on RANKS ranks (with
+# the job's --gradient-accumulation), so that a job that gets another number of nodes, a requeued
+# one included, trains with the same global batch and schedule.
+mpibert__batch_for_global() {  # RANKS ARGS...
+  local ranks=$1 accumulation
+  shift
+  accumulation=$(mpibert__opt_value --gradient-accumulation "$@")
+  accumulation=${accumulation:-1}
+  [[ "$GLOBAL_BATCH" =~ ^[1-9][0-9]*$ ]] || mpibert__die "GLOBAL_BATCH=$GLOBAL_BATCH is not a positive count"
+  (( GLOBAL_BATCH % (ranks * accumulation) == 0 )) ||
+    mpibert__die "GLOBAL_BATCH=$GLOBAL_BATCH is not a multiple of $ranks ranks x $accumulation accumulation steps"
+  echo $(( GLOBAL_BATCH / (ranks * accumulation) ))
 }
 
 # From here on the job's output also goes to RUN_DIR/job.log (appended: one section per attempt).
@@ -185,6 +226,7 @@ mpibert_log_begin() {  # "COMMAND" (as a shell would read it)
   echo "date: $MPIBERT_ATTEMPT_START"
   echo "git commit: $(mpibert__git_commit)"
   echo "run directory: $RUN_DIR"
+  [ -z "${MPIBERT_RUN_DIR_NOTE:-}" ] || echo "$MPIBERT_RUN_DIR_NOTE"
   echo "command: $MPIBERT_COMMAND"
   mpibert_write_job_json running ""
 }
@@ -326,7 +368,7 @@ mpibert_train_job() {
   MPIBERT_STRATEGY=$strategy
 
   local ranks
-  if [ "$MPIBERT_SCHEDULER" = slurm ]; then ranks=${SLURM_NTASKS:-1}; else ranks=${RANKS:-1}; fi
+  if [ "$MPIBERT_SCHEDULER" = slurm ]; then ranks=$(mpibert__slurm_ranks); else ranks=${RANKS:-1}; fi
   mpibert_identity "$job" "$ranks"
   mpibert_run_dir "$job-$strategy-${ranks}r-$MPIBERT_JOB_ID"
   mpibert_launcher "$ranks"
@@ -343,6 +385,11 @@ mpibert_train_job() {
   fi
   mpibert__has_opt --vocab "${user_args[@]}" || args+=(--vocab "$VOCAB")
   mpibert__has_opt --threads "${user_args[@]}" || args+=(--threads "$THREADS")
+  if [ -n "$GLOBAL_BATCH" ] && ! mpibert__has_opt --batch-size "${user_args[@]}"; then
+    local per_rank
+    per_rank=$(mpibert__batch_for_global "$ranks" "${user_args[@]}") || return 1
+    args+=(--batch-size "$per_rank")
+  fi
   # DEVICE=gpu: each rank its node-local GPU (an error where there is none); cpu: the CPU.
   mpibert__has_opt --device "${user_args[@]}" || if [ "$DEVICE" = cpu ]; then args+=(--device cpu); else args+=(--device cuda); fi
   mpibert__has_opt --strategy "${user_args[@]}" || args+=(--strategy "$strategy")

@@ -67,6 +67,8 @@ class Run:
         self.em = self.f1 = self.eval_loss = None
         self.global_batch = None
         self.train_points, self.eval_points = {}, {}  # {step: loss}
+        self.eval_epochs = {}  # {step: epochs done at that evaluation}, where the source records it
+        self.memory = None  # MemoryPerRank, where the source records it
         self.phases = {}
         self.lacking = []  # (figure, why)
         self.notes = []
@@ -152,6 +154,9 @@ def read_jsonl_points(run, path):
             loss = num(rec.get("eval_loss"))
             if loss is not None:
                 run.eval_points[step] = loss
+            epoch = num(rec.get("epoch"))  # runs before 2026-11-25 did not write it
+            if epoch is not None:
+                run.eval_epochs[step] = epoch
         else:
             loss = num(rec.get("loss"))
             if loss is not None:
@@ -194,8 +199,46 @@ def read_mpibert(path, order):
     run.f1 = num(r.get("eval_f1"))
     run.eval_loss = num(r.get("eval_loss"))
     run.global_batch = num(params.get("global_batch_size"))
+    run.memory = memory_per_rank(parallel.get("memory_per_rank"))
+    if run.memory is None:
+        run.lack("memory per rank", "results.json has no parallel.memory_per_rank (written since 2026-11-25)")
     read_jsonl_points(run, os.path.join(path, "metrics.jsonl"))
     return run
+
+
+MEMORY_KINDS = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes")
+PEAK_KINDS = (("peak_gpu_allocated_bytes", "GPU"), ("peak_rss_bytes", "RSS"))
+
+
+class MemoryPerRank:
+    """mpibert's parallel.memory_per_rank: bytes held between steps by kind (of the rank that holds
+    the most), and the largest peak over the ranks (peak_kind: "RSS" on a CPU, "GPU" allocated)."""
+
+    def __init__(self, held, peak, peak_kind, ranks):
+        self.held, self.peak, self.peak_kind, self.ranks = held, peak, peak_kind, ranks
+
+    @property
+    def held_total(self):
+        return sum(self.held.values())
+
+
+def memory_per_rank(entries):
+    """MemoryPerRank from results.json's list (one object per rank), or None where absent or unreadable."""
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        return None
+    helds = []
+    for entry in entries:
+        held = {kind: num(entry.get(kind)) for kind in MEMORY_KINDS}
+        if any(v is None for v in held.values()):
+            return None
+        helds.append(held)
+    peak, peak_kind = None, None
+    for key, kind in PEAK_KINDS:
+        values = [num(e.get(key)) for e in entries]
+        if all(v is not None for v in values):
+            peak, peak_kind = max(values), kind
+            break
+    return MemoryPerRank(max(helds, key=lambda h: sum(h.values())), peak, peak_kind, len(entries))
 
 
 # --- HF Trainer ---------------------------------------------------------------------------------
@@ -226,6 +269,8 @@ def read_hf_trainer(path, order):
             run.train_points[step] = num(entry["loss"])
         if step is not None and num(entry.get("eval_loss")) is not None:
             run.eval_points[step] = num(entry["eval_loss"])
+            if num(entry.get("epoch")) is not None:
+                run.eval_epochs[step] = num(entry["epoch"])
         for key, value in entry.items():  # the summary and evaluations, when no *_results.json has them
             if key.startswith(("train_", "eval_")):
                 metrics.setdefault(key, value)
@@ -252,6 +297,8 @@ def read_hf_trainer(path, order):
     run.lack("ranks", "HF's output files do not record the number of processes: give --ranks %s=N" % run.name)
     run.lack("device", "not in HF's output files")
     run.lack("time per phase", "not in HF's output files")
+    run.lack("memory per rank", "HF's output files record none per rank (with skip_memory_metrics=False its "
+             "*_mem_*_delta figures are one process's changes per stage, not a peak)")
     per_device = num(state.get("train_batch_size"))
     if per_device is not None:
         run.notes.append("per-device batch %d (trainer_state.json)" % per_device)
@@ -389,6 +436,7 @@ def read_lightning(path, order, folder, chosen):
     if batch is not None and run.ranks:
         run.global_batch = batch * run.ranks * (num(hparams.get("accumulate_grad_batches")) or 1)
     run.lack("time per phase", "not in Lightning's CSV log")
+    run.lack("memory per rank", "not in Lightning's CSV log")
     return run
 
 

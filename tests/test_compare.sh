@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# results/compare end to end: three tiny training runs (1 rank; 2 ranks ddp; 2 ranks zero1) of the
+# results/compare end to end: four tiny training runs (1 rank; 2 ranks ddp, zero1, fsdp) of the
 # fixture model from random weights on a few SQuAD v1.1 dev articles, beside the output directory
 # of the real HF Trainer and the CSV log of Lightning's Trainer (tests/peer_runs), then the table,
-# the notes on what each source does not record, the plots and comparison.md are checked; mpibert's
+# the notes on what each source does not record, the validation loss by epoch, the memory per rank,
+# the plots and comparison.md are checked; mpibert's
 # HF-named files read as an HF output_dir give the same figures; a run directory of none of the
 # three kinds, or a malformed results.json, must fail.
 # Registered in ctest as compare.report. Environment (all optional):
@@ -59,14 +60,16 @@ step "run 2: 2 ranks, ddp"
 logged "$tmp/run2.log" "${mpi[@]}" "$bin/mpibert" "${train[@]}" --strategy ddp --output-dir "$tmp/runs/r2-ddp"
 step "run 3: 2 ranks, zero1"
 logged "$tmp/run3.log" "${mpi[@]}" "$bin/mpibert" "${train[@]}" --strategy zero1 --output-dir "$tmp/runs/r2-zero1"
+step "run 4: 2 ranks, fsdp"
+logged "$tmp/run4.log" "${mpi[@]}" "$bin/mpibert" "${train[@]}" --strategy fsdp --output-dir "$tmp/runs/r2-fsdp"
 
-step "results/compare: the three runs, the real HF Trainer's output_dir and Lightning's CSV log"
+step "results/compare: the four runs, the real HF Trainer's output_dir and Lightning's CSV log"
 out=$tmp/report
 hf=$root/tests/peer_runs/hf-trainer
 lightning=$root/tests/peer_runs/lightning
 set +e
 # Given out of order, so the sort and the default baseline (fewest ranks) are exercised.
-"$root/results/compare" "$tmp/runs/r2-zero1" "$tmp/runs/r2-ddp" "$tmp/runs/r1-single" "$hf" "$lightning" \
+"$root/results/compare" "$tmp/runs/r2-zero1" "$tmp/runs/r2-fsdp" "$tmp/runs/r2-ddp" "$tmp/runs/r1-single" "$hf" "$lightning" \
   --ranks "$hf=1" --out "$out" --title "compare test" >"$tmp/compare.out" 2>"$tmp/compare.err"
 rc=$?
 set -e
@@ -91,10 +94,11 @@ DASH, MARK = "\u2013", "\u2020"
 rows = [l for l in text.splitlines() if l.startswith("|")]
 cells = [[c.strip() for c in l.strip().strip("|").split("|")] for l in rows]
 header, body = cells[0], [c for c in cells[2:]]
-check(len(body) == 5, "expected 5 table rows, found %d" % len(body))
+check(len(body) == 6, "expected 6 table rows, found %d" % len(body))
 col = {name: header.index(name) for name in header}
 for name in ("run", "source", "strategy", "ranks", "samples/s", "samples/s incl. setup", "speedup", "efficiency",
-             "EM", "F1", "validation loss", "training time", "device", "epochs"):
+             "EM", "F1", "validation loss", "training time", "device", "epochs", "validation loss by epoch",
+             "held MiB/rank", "peak MiB/rank"):
     check(name in col, "column %r missing from the header %r" % (name, header))
 if failures:
     print("\n".join("FAIL: " + f for f in failures)); sys.exit(1)
@@ -104,14 +108,19 @@ def number(cell):
 
 got = [(r[col["run"]], r[col["ranks"]], r[col["strategy"]], r[col["source"]]) for r in body]
 want = [("hf-trainer", "1", "single", "HF Trainer"), ("lightning", "1", "single", "Lightning"),
-        ("r1-single", "1", "single", "mpibert"), ("r2-ddp", "2", "ddp", "mpibert"), ("r2-zero1", "2", "zero1", "mpibert")]
+        ("r1-single", "1", "single", "mpibert"), ("r2-ddp", "2", "ddp", "mpibert"), ("r2-zero1", "2", "zero1", "mpibert"),
+        ("r2-fsdp", "2", "fsdp", "mpibert")]
 check(got == want, "rows (run, ranks, strategy, source) %r, expected %r" % (got, want))
 
 def results(name):
     with open(os.path.join(runs, name, "results.json")) as f:
         return json.load(f)
 base = results("r1-single")["train_step_samples_per_second"]
-for name in ("r1-single", "r2-ddp", "r2-zero1"):
+MIB = 1024.0 * 1024.0
+def evaluations(name):
+    lines = [json.loads(l) for l in open(os.path.join(runs, name, "metrics.jsonl")) if l.strip()]
+    return [l for l in lines if "eval_loss" in l]
+for name in ("r1-single", "r2-ddp", "r2-fsdp", "r2-zero1"):
     r, res = row[name], results(name)
     check(abs(number(r[col["samples/s"]]) - res["train_step_samples_per_second"]) <= 0.006,
           "%s: samples/s %s, results.json says %r" % (name, r[col["samples/s"]], res["train_step_samples_per_second"]))
@@ -126,8 +135,23 @@ for name in ("r1-single", "r2-ddp", "r2-zero1"):
     check(r[col["F1"]] != DASH and abs(float(r[col["F1"]]) - res["eval_f1"]) <= 0.0051,
           "%s: F1 %s, results.json says %r" % (name, r[col["F1"]], res.get("eval_f1")))
     check(r[col["validation loss"]] != DASH, "%s: validation loss missing" % name)
+    # --max-steps 4 --eval-steps 2: evaluations after steps 2 and 4, labelled by the epochs done then.
+    want = ", ".join("%s: %.4f" % (("%.2f" % e["epoch"]).rstrip("0").rstrip("."), e["eval_loss"]) for e in evaluations(name))
+    check(len(evaluations(name)) == 2 and r[col["validation loss by epoch"]] == want,
+          "%s: validation loss by epoch %r, metrics.jsonl gives %r" % (name, r[col["validation loss by epoch"]], want))
+    memory = res["parallel"]["memory_per_rank"]
+    held = max(m["parameter_bytes"] + m["gradient_bytes"] + m["optimizer_state_bytes"] for m in memory)
+    peak = max(m["peak_rss_bytes"] for m in memory)
+    check(len(memory) == ranks and abs(number(r[col["held MiB/rank"]]) - held / MIB) <= 0.051,
+          "%s: held MiB/rank %s, results.json's largest rank holds %.2f MiB" % (name, r[col["held MiB/rank"]], held / MIB))
+    check(r[col["peak MiB/rank"]].endswith(" RSS") and abs(number(r[col["peak MiB/rank"]][:-4]) - peak / MIB) <= 0.51,
+          "%s: peak MiB/rank %r, results.json's largest peak RSS is %.1f MiB" % (name, r[col["peak MiB/rank"]], peak / MIB))
     check(":" in r[col["training time"]] and "s)" in r[col["training time"]],
           "%s: training time %r is not h:mm:ss (seconds)" % (name, r[col["training time"]]))
+# A rank of fsdp holds 1/2 of everything, zero1 1/2 of the optimizer state; ddp as one process.
+held = {name: number(row[name][col["held MiB/rank"]]) for name in ("r1-single", "r2-ddp", "r2-zero1", "r2-fsdp")}
+check(held["r2-ddp"] == held["r1-single"] and held["r2-fsdp"] < held["r2-zero1"] < held["r2-ddp"],
+      "held MiB/rank %r: expected fsdp < zero1 < ddp = one process" % held)
 check(row["r1-single"][col["speedup"]] == "1.00", "baseline row speedup %r, expected 1.00" % row["r1-single"][col["speedup"]])
 check("Baseline: **r1-single**" in text, "no line naming r1-single as the baseline")
 check("Speedup =" in text and "efficiency =" in text, "no definition of speedup/efficiency")
@@ -145,6 +169,8 @@ check(abs(float(r[col["EM"]]) - hf_results["eval_exact_match"]) <= 0.0051, "hf-t
       % (r[col["EM"]], hf_results["eval_exact_match"]))
 check(abs(float(r[col["F1"]]) - hf_results["eval_f1"]) <= 0.0051, "hf-trainer: F1 %s" % r[col["F1"]])
 check(r[col["validation loss"]] == DASH, "hf-trainer: validation loss %r, run_qa computes none" % r[col["validation loss"]])
+check(r[col["validation loss by epoch"]] == DASH and r[col["held MiB/rank"]] == DASH,
+      "hf-trainer: validation loss by epoch %r, held memory %r: HF records neither" % (r[col["validation loss by epoch"]], r[col["held MiB/rank"]]))
 check(abs(float(r[col["epochs"]]) - hf_results["epoch"]) <= 0.0006, "hf-trainer: epochs %s" % r[col["epochs"]])
 
 # Lightning: metrics.csv's last validation and ThroughputMonitor's counters; hparams.yaml's devices.
@@ -161,15 +187,19 @@ check(abs(number(r[col["samples/s"]]) - last("train/samples") / last("train/time
       "lightning: samples/s %s, expected train/samples / train/time = %.3f" % (r[col["samples/s"]], last("train/samples") / last("train/time")))
 check(r[col["samples/s incl. setup"]] == DASH, "lightning: samples/s incl. setup %r" % r[col["samples/s incl. setup"]])
 check(MARK not in r[col["speedup"]], "lightning: speedup %r should be over the steps" % r[col["speedup"]])
+want = ", ".join("step %d: %.4f" % (int(x["step"]), float(x["val_loss"])) for x in lrows if x.get("val_loss"))
+check(r[col["validation loss by epoch"]] == want, "lightning: validation loss by epoch %r, expected %r (by step: "
+      "Lightning logs an epoch index)" % (r[col["validation loss by epoch"]], want))
 
 for needle in ("`hf-trainer` (HF Trainer): no samples/s over the steps", "`hf-trainer` (HF Trainer): no validation loss",
-               "`lightning` (Lightning): no samples/s incl. setup", "ranks 1 as stated with --ranks"):
+               "`lightning` (Lightning): no samples/s incl. setup", "ranks 1 as stated with --ranks",
+               "`hf-trainer` (HF Trainer): no memory per rank", "`lightning` (Lightning): no memory per rank"):
     check(needle in text, "the notes lack %r" % needle)
 
 md_path = os.path.join(out, "comparison.md")
 check(os.path.isfile(md_path), "comparison.md missing")
 md = open(md_path, encoding="utf-8").read() if os.path.isfile(md_path) else ""
-for png in ("loss.png", "scaling.png", "phases.png"):
+for png in ("loss.png", "scaling.png", "phases.png", "memory.png"):
     p = os.path.join(out, png)
     if not os.path.isfile(p):
         check(False, "%s missing" % png); continue

@@ -124,6 +124,26 @@ class Projection(unittest.TestCase):
         for pr in self.projections:
             self.assertLessEqual(pr.one_gpu / pr.best.step, 1.02)
 
+    def test_every_strategy_projected(self):
+        for pr in self.projections:
+            self.assertEqual(sorted(pr.strategies), sorted(m.STRATEGIES))
+            self.assertEqual(pr.strategies["zero1"].step, pr.strategies["zero2"].step)
+            self.assertLessEqual(pr.one_gpu / pr.strategies["fsdp"].step, 1.02)
+
+    def test_clusters_without_memory_names_the_file(self):
+        path = os.path.join(ROOT, "results", "scaling_model", "clusters.json")
+        with open(path) as f:
+            raw = json.load(f)
+        del raw["memory"]["reserved_GiB"]
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = os.path.join(tmp, "clusters.json")
+            with open(bad, "w") as f:
+                json.dump(raw, f)
+            with self.assertRaises(m.InputError) as caught:
+                m.load_clusters(bad)
+        self.assertIn("clusters.json", str(caught.exception))
+        self.assertIn("reserved_GiB", str(caught.exception))
+
     def test_ddp_step_does_not_shrink_with_more_gpus(self):
         series = {}
         for pr in self.projections:
@@ -146,23 +166,26 @@ def write_bench(path, alpha, beta, p):
         f.write("\n".join(lines) + "\n")
 
 
-def write_run(directory, strategy="ddp", link=None):
+def write_run(directory, strategy="ddp", link=None, phases=None, parallel=None):
     os.makedirs(directory)
     with open(SMALL) as f:
         config = json.load(f)
     results = {"global_step": 10, "train_step_seconds": 30.0,
                "phase_seconds": {"data": 0.01, "forward": 5.0, "backward": 7.0, "gradient_sync": 14.0,
                                  "optimizer": 0.3, "eval": 1.0},
-               "parallel": {"world_size": 2, "strategy": strategy, "gradient_buckets": 2, "bucket_mb": 25.0,
-                            "gradient_transfer_after_backward_seconds_mean": 13.0},
-               "parameters": {"batch_size": 16, "model": config}}
+               "parallel": {"world_size": 2, "strategy": strategy, "gradient_buckets": 4 if strategy == "fsdp" else 2,
+                            "bucket_mb": 25.0, "gradient_transfer_after_backward_seconds_mean": 13.0},
+               "parameters": {"batch_size": 16, "gradient_accumulation": 1, "model": config}}
+    results["phase_seconds"].update(phases or {})
+    results["parallel"].update(parallel or {})
     with open(os.path.join(directory, "results.json"), "w") as f:
         json.dump(results, f)
     with open(os.path.join(directory, "link.json"), "w") as f:
         json.dump(link or {"rate_mbit": 100, "delay_ms": 0.1, "hosts": 2, "bucket_mb": 25, "strategy": strategy}, f)
 
 
-class Check(unittest.TestCase):
+class MeasuredDirCase(unittest.TestCase):
+    """A measured/ folder in a temporary directory, with a bench_allreduce file for 100 Mbit/s, 2 ranks."""
     alpha, beta = 50e-6, 8e-8  # 100 Mbit/s nominal: 8e-8 s per byte
 
     def setUp(self):
@@ -173,6 +196,9 @@ class Check(unittest.TestCase):
 
     def tearDown(self):
         self.tmp.cleanup()
+
+
+class Check(MeasuredDirCase):
 
     def test_fit_recovers_alpha_and_beta(self):
         fits = m.fit_link_file(os.path.join(self.measured, "allreduce-100-2r.txt"), 2)
@@ -219,6 +245,199 @@ class Check(unittest.TestCase):
         with self.assertRaises(m.InputError) as caught:
             m.parse_bench(path)
         self.assertIn("allreduce-100-2r.txt:", str(caught.exception))
+
+
+class FakeNetwork:
+    """Gathers and reduce-scatters take `seconds` each, all-reduces nothing."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def cost(self, op, n, p):
+        return (0.0 if op == "all_reduce" else self.seconds), "ring"
+
+
+def fsdp_input(forward=3.0, backward=6.0, optimizer=0.5, world=2, data=0.0):
+    return m.StepInput(data, forward, backward, optimizer, "fsdp", world, 10)
+
+
+class Fsdp(unittest.TestCase):
+    def setUp(self):
+        self.config = m.load_config(SMALL)
+        self.params = m.parameter_list(self.config)
+
+    def test_units_are_embeddings_layers_and_head(self):
+        units = m.build_units(self.params, 3, self.config["num_hidden_layers"])
+        self.assertEqual(len(units), self.config["num_hidden_layers"] + 2)
+        self.assertEqual(sorted(k for u in units for k in u.members), list(range(len(self.params))))
+        self.assertTrue(all(self.params[k].name.startswith("bert.embeddings.") for k in units[0].members))
+        self.assertTrue(all(self.params[k].name.startswith("qa_outputs.") for k in units[-1].members))
+        self.assertTrue(all(u.numel % 3 == 0 for u in units))
+        self.assertEqual(sum(u.numel for u in m.build_units(self.params, 1, 2)), 4369666)
+
+    def test_timeline_by_hand(self):
+        # 3 units, every collective 1 s, forward 1 s and backward 2 s per unit.
+        # Forward: G0 0-1, G1 1-2, unit 0 runs 1-2; G2 2-3, unit 1 2-3; unit 2 3-4 (waited 1 s for G0).
+        # Backward from 4: unit 2 (kept) 4-6, G1 4-5, R2 6-7; unit 1 6-8, G0 7-8, R1 8-9; unit 0 8-10,
+        # R0 10-11: 1 s after backward. 3U-1 = 8 collectives.
+        units = [m.Bucket([k], 2) for k in range(3)]
+        result = m.simulate_fsdp_step(fsdp_input(), units, [1 / 3] * 3, FakeNetwork(1.0))
+        self.assertAlmostEqual(result.forward, 4.0)
+        self.assertAlmostEqual(result.backward, 6.0)
+        self.assertAlmostEqual(result.tail, 1.0)
+        self.assertAlmostEqual(result.exposed, 2.0)
+        self.assertAlmostEqual(result.step, 4.0 + 6.0 + 1.0 + 0.5)
+        self.assertEqual(result.collectives, 8 + 1)  # and the norm all-reduce
+
+    def test_free_network_costs_nothing(self):
+        units = m.build_units(self.params, 2, 2)
+        shares = m.group_shares(units, m.backward_costs(self.params, self.config, 384))
+        result = m.simulate_fsdp_step(fsdp_input(data=0.1), units, shares, FakeNetwork(0.0))
+        self.assertAlmostEqual(result.step, 0.1 + 3.0 + 6.0 + 0.5)
+
+    def test_accumulation_communicates_every_micro_batch(self):
+        units = m.build_units(self.params, 2, 2)
+        shares = m.group_shares(units, m.backward_costs(self.params, self.config, 384))
+        one = m.simulate_fsdp_step(fsdp_input(), units, shares, FakeNetwork(0.01), 1)
+        two = m.simulate_fsdp_step(fsdp_input(), units, shares, FakeNetwork(0.01), 2)
+        self.assertEqual(two.collectives - 1, 2 * (one.collectives - 1))
+        self.assertGreater(two.step, one.step)
+
+    def test_fsdp_sends_one_and_a_half_times_ddp(self):
+        # ddp: 2(p-1)/p x params; fsdp: (p-1)/p x (forward gathers + backward gathers + reduce-scatters).
+        base = m.load_config(os.path.join(ROOT, "bench", "bert-base-config.json"))
+        network = FakeNetwork(0.0)
+        results = {s: m.simulate(base, 384, m.StepInput(0, 1, 2, 0, s, 64, 200), 25, network)
+                   for s in ("ddp", "zero2", "fsdp")}
+        self.assertAlmostEqual(results["fsdp"].network_bytes / results["ddp"].network_bytes, 1.5, places=3)
+        self.assertAlmostEqual(results["zero2"].network_bytes / results["ddp"].network_bytes, 1.0, places=3)
+        self.assertEqual(results["fsdp"].collectives, 3 * 14 - 1 + 1)
+
+    def test_zero1_and_zero2_take_the_same_time(self):
+        cluster = Algorithms.cluster
+        base = m.load_config(os.path.join(ROOT, "bench", "bert-base-config.json"))
+        compute = m.Compute(0.02, 0.04, 0.003, 0.0)
+        for p in (8, 64):
+            steps = [m.project_point(base, compute, cluster, p, s, 25, 384).step for s in ("zero1", "zero2")]
+            self.assertEqual(steps[0], steps[1])
+
+
+class Memory(unittest.TestCase):
+    def setUp(self):
+        self.base = m.load_config(os.path.join(ROOT, "bench", "bert-base-config.json"))
+
+    def test_held_between_steps_matches_results_memory(self):
+        # results/memory/bert-base.md: rank 0's bytes held between steps (MiB), measured by mpibert.
+        measured = {("ddp", 2): 1661.6, ("zero1", 2): 1453.9, ("zero2", 2): 1038.5, ("fsdp", 2): 830.8,
+                    ("ddp", 3): 1661.6, ("zero1", 3): 1246.2, ("zero2", 3): 830.8, ("fsdp", 3): 553.9}
+        for (strategy, world), mib in measured.items():
+            self.assertAlmostEqual(m.held_between_steps(self.base, strategy, world, 25) / MIB, mib, delta=0.05)
+
+    def test_zero2_peaks_as_zero1(self):
+        for p in (2, 8, 512):
+            self.assertEqual(sum(m.state_bytes_per_param("zero2", p, True)), sum(m.state_bytes_per_param("zero1", p)))
+            self.assertLess(sum(m.state_bytes_per_param("zero2", p)), sum(m.state_bytes_per_param("zero1", p)))
+            self.assertAlmostEqual(sum(m.state_bytes_per_param("fsdp", p)), 16 / p)
+
+    def test_activations_per_layer(self):
+        # I = 4h: bf16 40h + 16 + 4 heads + 2 (the mask in bf16), fp32 70h + 16 + 4 heads.
+        h, heads = 768, 12
+        self.assertEqual(m.activation_bytes_per_token(self.base, "bf16")[1], 40 * h + 16 + 4 * heads + 2)
+        self.assertEqual(m.activation_bytes_per_token(self.base, "fp32")[1], 70 * h + 16 + 4 * heads)
+
+    def test_largest_batch_is_the_last_that_fits(self):
+        usable = m.usable_memory_bytes(40, 2, 0.1)
+        batches = {}
+        for strategy in m.STRATEGIES:
+            terms = m.peak_memory_terms(self.base, strategy, 64, 384, "bf16")
+            b = m.largest_batch(terms, usable)
+            self.assertLessEqual(m.peak_memory_bytes(terms, b), usable)
+            self.assertGreater(m.peak_memory_bytes(terms, b + 1), usable)
+            batches[strategy] = b
+        self.assertLessEqual(batches["ddp"], batches["zero1"])
+        self.assertEqual(batches["zero1"], batches["zero2"])
+        self.assertLess(batches["zero2"], batches["fsdp"])
+
+    def test_nothing_fits(self):
+        terms = m.peak_memory_terms(self.base, "ddp", 8, 384, "fp32")
+        self.assertEqual(m.largest_batch(terms, 1e9), 0)
+
+    def test_fsdp_peak_counts_units_in_flight(self):
+        terms = m.peak_memory_terms(self.base, "fsdp", 8, 384, "bf16")
+        self.assertEqual(len(terms), self.base["num_hidden_layers"] + 2)
+        units = m.build_units(m.parameter_list(self.base), 8, 12)
+        self.assertEqual(m.units_in_flight(units, 0), 4 * (2 * units[0].numel + units[1].numel))
+
+
+class CheckNewStrategies(MeasuredDirCase):
+    def rows(self):
+        return {r.run.name: r for r in m.write_check(self.measured, self.tmp.name, plot=False)}
+
+    def text(self):
+        with open(os.path.join(self.tmp.name, "check.md")) as f:
+            return f.read()
+
+    def test_zero2_predicted_as_zero1(self):
+        write_run(os.path.join(self.measured, "ddp"))
+        write_run(os.path.join(self.measured, "zero1"), "zero1")
+        write_run(os.path.join(self.measured, "zero2"), "zero2")
+        rows = self.rows()
+        self.assertAlmostEqual(rows["zero2"].predicted.step, rows["zero1"].predicted.step)
+        self.assertEqual(rows["zero2"].optimizer_source, "ddp run ddp / p")
+
+    def test_fsdp_takes_compute_from_the_ddp_run(self):
+        write_run(os.path.join(self.measured, "ddp"))
+        write_run(os.path.join(self.measured, "fsdp"), "fsdp", phases={"forward": 6.0, "backward": 8.0, "gradient_sync": 3.0})
+        row = self.rows()["fsdp"]
+        self.assertEqual(row.buckets_model, 4)
+        self.assertEqual(row.compute_source, "ddp run ddp")
+        self.assertAlmostEqual(row.exposed_measured, (6.0 + 8.0 + 3.0 - 5.0 - 7.0) / 10)
+        pr = row.predicted
+        self.assertGreater(pr.forward, 0.5)  # ddp's forward per step plus waits for gathers
+        self.assertAlmostEqual(pr.forward + pr.backward + pr.tail - pr.exposed, 1.2)
+        text = self.text()
+        self.assertIn("## fsdp by phase", text)
+        self.assertIn("| fsdp | 2 | 100 | 25 | fsdp | 4/4 | ", text)
+        self.assertIn("No measured run of: zero1, zero2.", text)
+
+    def test_fsdp_compute_is_the_mean_of_the_ddp_runs(self):
+        write_run(os.path.join(self.measured, "ddp-a"), phases={"forward": 4.0, "backward": 6.0})
+        write_run(os.path.join(self.measured, "ddp-b"), link={"rate_mbit": 100, "delay_ms": 0.1, "hosts": 2,
+                                                             "bucket_mb": 1, "strategy": "ddp"},
+                  phases={"forward": 6.0, "backward": 8.0}, parallel={"bucket_mb": 1.0, "gradient_buckets": 4})
+        write_run(os.path.join(self.measured, "fsdp"), "fsdp", phases={"forward": 6.0, "backward": 8.0, "gradient_sync": 3.0})
+        row = self.rows()["fsdp"]
+        self.assertEqual(row.compute_source, "ddp runs ddp-a, ddp-b (mean)")
+        self.assertAlmostEqual(row.exposed_measured, (6.0 + 8.0 + 3.0 - 5.0 - 7.0) / 10)
+
+    def test_fsdp_without_ddp_run_uses_its_own_phases(self):
+        write_run(os.path.join(self.measured, "fsdp"), "fsdp")
+        row = self.rows()["fsdp"]
+        self.assertTrue(row.compute_source.startswith("own"))
+        self.assertTrue(row.optimizer_source.startswith("measured"))
+        self.assertIn("| n/a |", self.text())
+
+    def test_memory_per_rank_is_checked(self):
+        config = m.load_config(SMALL)
+        held = m.held_between_steps(config, "zero2", 2, 25)
+        write_run(os.path.join(self.measured, "zero2"), "zero2", parallel={"memory_per_rank": [
+            {"steady_state_bytes": held}, {"steady_state_bytes": held - 100}]})
+        self.rows()
+        self.assertIn(f"| zero2 | zero2 | 2 | {held / MIB:.1f} | {held / MIB:.1f} | 0.00 |", self.text())
+
+    def test_unknown_strategy_names_the_file(self):
+        write_run(os.path.join(self.measured, "odd"), "zero9")
+        with self.assertRaises(m.InputError) as caught:
+            m.write_check(self.measured, self.tmp.name, plot=False)
+        self.assertIn("results.json", str(caught.exception))
+        self.assertIn("zero9", str(caught.exception))
+
+    def test_bad_memory_per_rank_names_the_file(self):
+        write_run(os.path.join(self.measured, "bad"), "fsdp", parallel={"memory_per_rank": [{"peak_rss_bytes": 1}]})
+        with self.assertRaises(m.InputError) as caught:
+            m.write_check(self.measured, self.tmp.name, plot=False)
+        self.assertIn("results.json", str(caught.exception))
+        self.assertIn("steady_state_bytes", str(caught.exception))
 
 
 if __name__ == "__main__":

@@ -87,14 +87,21 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   EXPECT_EQ(counts["eval/f1"], evaluations);
   EXPECT_EQ(counts["eval/exact_match"], evaluations);
   // metrics.jsonl: a line per step and one per evaluation, matching the TensorBoard scalars.
+  // An evaluation's line carries the epochs done at its step, as that step's training line does.
   int train_lines = 0, eval_lines = 0;
+  std::map<int64_t, double> epoch_at_step;
   for (const auto& line : test::read_lines(run.file("metrics.jsonl"))) {
     const auto record = nlohmann::json::parse(line);
     if (record.contains("loss")) {
       ++train_lines;
       EXPECT_EQ(record["step"], train_lines);
+      epoch_at_step[record["step"].get<int64_t>()] = record["epoch"].get<double>();
     }
-    if (record.contains("eval_f1")) ++eval_lines;
+    if (record.contains("eval_f1")) {
+      ++eval_lines;
+      ASSERT_TRUE(record.contains("epoch")) << line;
+      EXPECT_DOUBLE_EQ(record["epoch"].get<double>(), epoch_at_step.at(record["step"].get<int64_t>())) << line;
+    }
   }
   EXPECT_EQ(train_lines, steps);
   EXPECT_EQ(eval_lines, evaluations);

@@ -2,13 +2,15 @@
 # The measurements the scaling model is checked against (results/scaling_model/check.md):
 # mpibert's small BERT trained across 2 and 3 test hosts (network namespaces, one rank each, TCP
 # only; tests/cluster/hosts.sh) at three link rates (hosts.sh shape: 100 Mbit/s,
-# 1 Gbit/s, unlimited), with two bucket sizes (1 and 25 MiB) for ddp and 25 MiB for zero1; and
-# bench_allreduce over the same links, from which the model fits alpha and beta.
+# 1 Gbit/s, unlimited), with two bucket sizes (1 and 25 MiB) for ddp and 25 MiB for zero1, and at
+# 1 Gbit/s also zero2 and fsdp (25 MiB; fsdp's groups are the model's units); and bench_allreduce
+# over the same links, from which the model fits alpha and beta.
 #   sudo bash results/scaling_model/measure.sh [OUT_DIR]    # default results/scaling_model/measured
 # Writes OUT_DIR/<rate>-<p>h-<strategy>-<bucket>mb/{results.json,metrics.jsonl,link.json} and
-# OUT_DIR/allreduce-<rate>-<p>r.txt. Needs root and a build (bash scripts/build.sh); about 12 min
+# OUT_DIR/allreduce-<rate>-<p>r.txt. Needs root and a build (bash scripts/build.sh); about 15 min
 # on 2 cores. Run it on an idle machine: 3 ranks already share 2 cores.
-# Environment: STEPS (timed steps per run, default 12), BATCH (per rank, default 8).
+# Environment: STEPS (timed steps per run, default 12), BATCH (per rank, default 8), RATES (the link
+# rates to measure, default "100 1000 unlimited"; the others' files are left as they are).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/scripts/env.sh"
@@ -35,7 +37,13 @@ link_json() {  # RATE_MBIT|null HOSTS BUCKET STRATEGY
   printf '{"rate_mbit": %s, "delay_ms": 0, "hosts": %s, "bucket_mb": %s, "strategy": "%s"}\n' "$@"
 }
 
-for rate in 100 1000 unlimited; do
+strategies_at() {  # RATE -> "STRATEGY BUCKET_MB" lines
+  printf '%s\n' "ddp 1" "ddp 25" "zero1 25"
+  [ "$1" != 1000 ] || printf '%s\n' "zero2 25" "fsdp 25"
+}
+
+for rate in ${RATES:-100 1000 unlimited}; do
+  case "$rate" in 100|1000|unlimited) ;; *) echo "measure.sh: RATES: $rate is not 100, 1000 or unlimited" >&2; exit 1 ;; esac
   if [ "$rate" = unlimited ]; then
     bash "$hosts_sh" unshape "$work/hosts"
   else
@@ -49,7 +57,8 @@ for rate in 100 1000 unlimited; do
       "--factor 4 --warmup 2 --iters 5" > "$work/bench.out" 2> "$work/bench.log" ||
       { cat "$work/bench.log" >&2; exit 1; }
     sed -n '/^# mpibert bench_allreduce/,$p' "$work/bench.out" > "$out/allreduce-$rate-${p}r.txt"  # not mpirun's map
-    for spec in "ddp 1" "ddp 25" "zero1 25"; do
+    mapfile -t specs < <(strategies_at "$rate")
+    for spec in "${specs[@]}"; do
       read -r strategy bucket <<< "$spec"
       name=$rate-${p}h-$strategy-${bucket}mb
       echo "measure.sh: $name"

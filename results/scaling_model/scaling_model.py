@@ -11,19 +11,30 @@ Usage (from anywhere; paths default to this script's directory):
 measured/allreduce-<rate>-<p>r.txt (bench_allreduce output; <rate> is rate_mbit or
 "unlimited"), fits alpha and beta of the link, predicts each run's exposed gradient
 communication and step time, and writes check.md and check.png.
-`project` writes projection.md and projection.png for bert-base/bert-large on A100/H100
-nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json.
+`project` writes projection.md, projection.png and projection-memory.png for bert-base/bert-large
+on A100/H100 nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json: step
+time per strategy and the largest batch per GPU that fits in memory.
 
-The step (as mpibert's src/dist/data_parallel.cpp and src/train/trainer.cpp do it):
-  step = data + forward + backward + exposed gradient communication + optimizer
-         (+ zero1: the parameter all-gather after the optimizer, never overlapped)
-         + the per-step host all-reduce of the sample count (16 bytes).
+The step (as mpibert's src/dist/data_parallel.cpp, fsdp_units.cpp and src/train/trainer.cpp do it):
+  ddp, zero1, zero2:
+    step = data + forward + backward + exposed gradient communication + optimizer
+           (+ zero1/zero2: the norm all-reduce and the parameter all-gather after the optimizer,
+           never overlapped) + the per-step host all-reduce of the sample count (16 bytes).
+    zero1 and zero2 issue the same collectives (reduce-scatter per bucket); they differ in memory.
+  fsdp (FULL_SHARD): the flat groups are the model's units (embeddings, each encoder layer, the QA
+    head). Forward: unit u's all-gather and unit u+1's are issued before u runs, u waits for its own.
+    Backward, from the last unit (kept whole since forward) to the first: wait for the unit's
+    gather, issue the gather of the unit before it, compute, issue the unit's reduce-scatter.
+    One FIFO of 3U-1 collectives per micro-batch (U gathers in forward, U-1 in backward, U
+    reduce-scatters), on every micro-batch. Waits for gathers fall in the forward and backward
+    phases; the reduce-scatters left at the end of backward in gradient_sync; the norm all-reduce
+    in the optimizer phase; no all-gather after the step.
 
 Approximations (stated, not hidden):
   * Buckets follow mpibert's rule exactly: reverse registration order, bucket 0 holds at most
     first_bucket_mb (1 MiB), later ones bucket_mb; a bucket closes when the next parameter
     would exceed its capacity (it always takes one); fp32 bytes; the element count is rounded
-    up to a multiple of the world size.
+    up to a multiple of the world size. fsdp's units are padded the same way.
   * A parameter's gradient is ready at backward_time x (cumulative backward cost, in reverse
     registration order, up to and including it) / (total cost). Costs per token:
     Linear weight 2*numel (grad-input and grad-weight matmuls, each numel MACs);
@@ -32,9 +43,12 @@ Approximations (stated, not hidden):
     of one row per token; numel does not matter); biases and LayerNorm numel (elementwise,
     negligible). Kernel launch overheads and elementwise ops (GELU, softmax, dropout) are
     not charged separately: they scale the whole backward, not the shares.
+    fsdp: a unit's forward and backward take its share of these costs (forward FLOPs are about
+    half of backward's for every unit, so the shares are the same).
   * A bucket's reduction starts at max(its ready time, end of the previous bucket's):
-    one communication thread/stream, buckets launched in index order (a FIFO).
-  * Exposed communication = end of the last reduction - end of backward (>= 0).
+    one communication thread/stream, collectives run in issue order (a FIFO).
+  * Exposed communication = end of the last reduction - end of backward (>= 0); fsdp adds the
+    waits for gathers inside forward and backward.
   * Collectives (Thakur, Rabenseifner & Gropp 2005; ring: Patarasuk & Yuan 2009):
       ring all-reduce      2(p-1) alpha + 2(p-1)/p n beta
       ring reduce-scatter   (p-1) alpha +  (p-1)/p n beta   (all-gather the same)
@@ -48,6 +62,11 @@ Approximations (stated, not hidden):
   * Communication does not slow compute (on a GPU NCCL kernels do take SMs and memory
     bandwidth; on the 2-core VM the MPI progress thread competes with compute: that shows up
     as error in the check, it is not modelled).
+  * Memory (the largest batch that fits): model state by strategy as DataParallel holds it,
+    activations autograd saves per token (counted from src/model/bert_qa.cpp's forward, with
+    scaled_dot_product_attention's memory-efficient kernel: no seq x seq tensor kept), the weight
+    copies the forward saves, fsdp's units in flight, and a workspace allowance (clusters.json).
+    See README.md for the formulas.
 """
 
 import argparse
@@ -62,7 +81,11 @@ MIB = 1024 * 1024
 FIRST_BUCKET_MB = 1.0
 PROJECTION_GPUS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 BUCKET_CHOICES_MB = [1, 5, 10, 25, 50, 100]
-STRATEGIES = ["ddp", "zero1"]
+STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
+REDUCE_SCATTER_STRATEGIES = ("zero1", "zero2")  # buckets reduce-scattered, parameters all-gathered after the step
+SHARDED_STRATEGIES = ("zero1", "zero2", "fsdp")  # the optimizer on 1/p of the state
+PRECISIONS = ["bf16", "fp32"]
+GIB = 1024 ** 3
 CONFIG_KEYS = ["hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size",
                "max_position_embeddings", "type_vocab_size"]
 
@@ -205,6 +228,36 @@ def bucket_ready_times(buckets, ready):
 
 
 # ----------------------------------------------------------------------------------------
+# fsdp's units (DataParallel::Impl::build_units, BertForQuestionAnsweringImpl::unit_prefixes)
+
+def unit_index(param, num_layers):
+    """0: the embeddings; 1 + l: encoder layer l; num_layers + 1: the QA head."""
+    if param.name.startswith("bert.embeddings."):
+        return 0
+    if param.layer >= 0:
+        return 1 + param.layer
+    return num_layers + 1
+
+
+def build_units(params, world, num_layers):
+    """One flat group per unit in forward order, members in registration order, padded."""
+    units = [Bucket() for _ in range(num_layers + 2)]
+    for k, param in enumerate(params):
+        unit = units[unit_index(param, num_layers)]
+        unit.members.append(k)
+        unit.numel += param.numel
+    for unit in units:
+        unit.numel = -(-unit.numel // world) * world
+    return units
+
+
+def group_shares(groups, costs):
+    """Each group's share of the total cost (fsdp: of a unit's forward and of its backward)."""
+    total = sum(costs)
+    return [sum(costs[k] for k in g.members) / total for g in groups]
+
+
+# ----------------------------------------------------------------------------------------
 # Collective costs
 
 def ring_allreduce(n, p, alpha, beta, gamma=0.0):
@@ -304,16 +357,26 @@ class StepInput:
     optimizer: float        # what the optimizer phase costs besides its collectives
     strategy: str
     world: int
-    num_params: int
+    num_params: int         # parameter tensors (the norm all-reduce has one float64 each)
 
 
 @dataclass
 class StepResult:
     step: float
-    exposed: float           # gradient communication after backward
-    gather: float            # zero1: parameter all-gather (exposed), plus the norm all-reduce
-    buckets: int
+    exposed: float           # communication the step waits for outside the optimizer phase (fsdp: gathers too)
+    gather: float            # after the optimizer: zero1/zero2 norm all-reduce + all-gather; fsdp norm all-reduce
+    buckets: int             # flat groups: buckets, or fsdp's units
     algorithms: list
+    tail: float = 0.0        # the part of `exposed` after backward (gradient_sync)
+    forward: float = 0.0     # the forward and backward phases as mpibert times them (fsdp: with gather waits)
+    backward: float = 0.0
+    network_bytes: float = 0.0  # sent per rank per step, by the ring formulas' (p-1)/p factors
+    collectives: int = 0     # per step, the sample-count all-reduce left out
+
+
+def ring_bytes(op, n, p):
+    """Bytes each rank sends in a bandwidth-optimal (ring) collective of n bytes."""
+    return ring_terms(op, p)[1] * n if p > 1 else 0.0
 
 
 def fifo_finish_times(ready, durations):
@@ -331,20 +394,129 @@ def exposed_communication(ready, durations, backward_end):
     return max(0.0, fifo_finish_times(ready, durations)[-1] - backward_end)
 
 
-def simulate_step(inp, buckets, ready, network):
-    """Step time of one configuration; `network.cost(op, bytes, p)` -> (seconds, algorithm)."""
+def after_step_collectives(inp, groups, network):
+    """zero1/zero2: the norm all-reduce (float64 per parameter), then every bucket's parameter
+    all-gather; fsdp: the norm all-reduce only. Returns (seconds, bytes sent, count)."""
     p = inp.world
-    grad_op = "reduce_scatter" if inp.strategy == "zero1" else "all_reduce"
+    if inp.strategy not in SHARDED_STRATEGIES or p <= 1:
+        return 0.0, 0.0, 0
+    seconds = network.cost("all_reduce", 8 * inp.num_params, p)[0]
+    sent, count = ring_bytes("all_reduce", 8 * inp.num_params, p), 1
+    if inp.strategy in REDUCE_SCATTER_STRATEGIES:
+        seconds += sum(network.cost("all_gather", g.nbytes, p)[0] for g in groups)
+        sent += sum(ring_bytes("all_gather", g.nbytes, p) for g in groups)
+        count += len(groups)
+    return seconds, sent, count
+
+
+def simulate_step(inp, buckets, ready, network):
+    """ddp, zero1, zero2. `network.cost(op, bytes, p)` -> (seconds, algorithm)."""
+    p = inp.world
+    grad_op = "reduce_scatter" if inp.strategy in REDUCE_SCATTER_STRATEGIES else "all_reduce"
     costs = [network.cost(grad_op, b.nbytes, p) for b in buckets]
     exposed = exposed_communication(ready, [c[0] for c in costs], inp.backward)
-    gather = 0.0
-    if inp.strategy == "zero1" and p > 1:
-        # After the optimizer: norm all-reduce (float64 per parameter), then the all-gathers.
-        gather = network.cost("all_reduce", 8 * inp.num_params, p)[0]
-        gather += sum(network.cost("all_gather", b.nbytes, p)[0] for b in buckets)
+    gather, sent, count = after_step_collectives(inp, buckets, network)
+    sent += sum(ring_bytes(grad_op, b.nbytes, p) for b in buckets)
     bookkeeping = network.cost("all_reduce", 16, p)[0]  # finish_step's sample count
     step = inp.data + inp.forward + inp.backward + exposed + inp.optimizer + gather + bookkeeping
-    return StepResult(step, exposed, gather, len(buckets), [c[1] for c in costs])
+    return StepResult(step, exposed, gather, len(buckets), [c[1] for c in costs], tail=exposed,
+                      forward=inp.forward, backward=inp.backward, network_bytes=sent,
+                      collectives=count + (len(buckets) if p > 1 else 0))
+
+
+class CommStream:
+    """One communication thread (MPI) or stream (NCCL): collectives run one at a time, in issue
+    order, each from max(issued, end of the one before)."""
+
+    def __init__(self):
+        self.free, self.count = 0.0, 0
+
+    def run(self, issued, seconds):
+        self.free = max(issued, self.free) + seconds
+        self.count += 1
+        return self.free
+
+
+def fsdp_forward(start, stream, gather, compute):
+    """Unit u's gather and the next unit's issued before u runs (fsdp_units.cpp before_unit);
+    u waits for its own. Returns the end of forward."""
+    done, t = {}, start
+    for u in range(len(compute)):
+        for v in (u, u + 1):
+            if v < len(compute) and v not in done:
+                done[v] = stream.run(t, gather[v])
+        t = max(t, done[u]) + compute[u]
+    return t
+
+
+def fsdp_backward(start, stream, gather, reduce, compute):
+    """From the last unit (kept whole since forward) to the first: wait for the unit's gather,
+    issue the gather of the unit before it, compute, issue the unit's reduce-scatter: the plan
+    G(U-2), R(U-1), G(U-3), R(U-2), ..., G(0), R(1), R(0). Returns the end of backward."""
+    last = len(compute) - 1
+    gathered, t = {last: start}, start
+    for u in range(last, -1, -1):
+        t = max(t, gathered[u])
+        if u > 0:
+            gathered[u - 1] = stream.run(t, gather[u - 1])
+        t += compute[u]
+        stream.run(t, reduce[u])
+    return t
+
+
+def fsdp_bytes_per_micro_batch(units, p):
+    """Sent per rank: every unit gathered in forward, all but the last again in backward, every
+    unit reduce-scattered."""
+    gathers = sum(ring_bytes("all_gather", u.nbytes, p) for u in units)
+    return 2 * gathers - ring_bytes("all_gather", units[-1].nbytes, p) + \
+        sum(ring_bytes("reduce_scatter", u.nbytes, p) for u in units)
+
+
+def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
+    """fsdp: forward and backward of each micro-batch on one timeline with one comm stream
+    (accumulation too: fsdp communicates on every micro-batch)."""
+    p = inp.world
+    if p <= 1:
+        gather = reduce = [0.0] * len(units)
+    else:
+        gather = [network.cost("all_gather", u.nbytes, p)[0] for u in units]
+        reduce = [network.cost("reduce_scatter", u.nbytes, p)[0] for u in units]
+    fwd = [inp.forward / micro_batches * s for s in shares]
+    bwd = [inp.backward / micro_batches * s for s in shares]
+    stream, t, forward, backward = CommStream(), 0.0, 0.0, 0.0
+    for _ in range(micro_batches):
+        t += inp.data / micro_batches
+        end = fsdp_forward(t, stream, gather, fwd)
+        forward += end - t
+        t = fsdp_backward(end, stream, gather, reduce, bwd)
+        backward += t - end
+    tail = max(0.0, stream.free - t)
+    after, sent, count = after_step_collectives(inp, units, network)
+    bookkeeping = network.cost("all_reduce", 16, p)[0]
+    step = inp.data + forward + backward + tail + inp.optimizer + after + bookkeeping
+    exposed = forward + backward + tail - inp.forward - inp.backward
+    sent += micro_batches * fsdp_bytes_per_micro_batch(units, p)
+    return StepResult(step, exposed, after, len(units), ["ring"] * len(units) if p > 1 else [], tail=tail,
+                      forward=forward, backward=backward, network_bytes=sent,
+                      collectives=count + (stream.count if p > 1 else 0))
+
+
+def strategy_groups(config, strategy, bucket_mb, world):
+    """The parameters and the flat groups mpibert makes for them: buckets, or fsdp's units."""
+    params = parameter_list(config)
+    if strategy == "fsdp":
+        return params, build_units(params, world, config["num_hidden_layers"])
+    return params, build_buckets([q.numel for q in params], bucket_mb, world)
+
+
+def simulate(config, seq_len, inp, bucket_mb, network, micro_batches=1):
+    """One step of `inp.strategy` (StepResult)."""
+    params, groups = strategy_groups(config, inp.strategy, bucket_mb, inp.world)
+    costs = backward_costs(params, config, seq_len)
+    if inp.strategy == "fsdp":
+        return simulate_fsdp_step(inp, groups, group_shares(groups, costs), network, micro_batches)
+    ready = bucket_ready_times(groups, ready_times(costs, inp.backward))
+    return simulate_step(inp, groups, ready, network)
 
 
 # ----------------------------------------------------------------------------------------
@@ -469,6 +641,8 @@ class Run:
     sync: float               # gradient_sync phase per step (measured exposed communication)
     exposed_transfer: float   # transfer after backward per step (mean over ranks)
     step: float
+    accumulation: int = 1     # micro-batches per step
+    held_bytes: object = None  # parallel.memory_per_rank: the largest steady_state_bytes over ranks (None: not recorded)
 
 
 def load_run(directory):
@@ -497,6 +671,8 @@ def load_run(directory):
     if abs(float(link["bucket_mb"]) - bucket_mb) > 1e-9:
         raise InputError(f"{link_path}: bucket_mb {link['bucket_mb']} but {results_path} says {bucket_mb}")
     config = check_config(require(parameters, "model", results_path, dict), results_path + " parameters.model")
+    if strategy not in STRATEGIES:
+        raise InputError(f"{results_path}: parallel.strategy '{strategy}' is none of {', '.join(STRATEGIES)}")
     return Run(name=name, hosts=require(link, "hosts", link_path, int), rate_mbit=rate, bucket_mb=bucket_mb,
                strategy=strategy, world=world, steps=steps,
                buckets_measured=require(parallel, "gradient_buckets", results_path, int), config=config,
@@ -505,7 +681,26 @@ def load_run(directory):
                data=per_step["data"], forward=per_step["forward"], backward=per_step["backward"],
                optimizer=per_step["optimizer"], sync=per_step["gradient_sync"],
                exposed_transfer=parallel.get("gradient_transfer_after_backward_seconds_mean", float("nan")) / steps,
-               step=require(results, "train_step_seconds", results_path) / steps)
+               step=require(results, "train_step_seconds", results_path) / steps,
+               accumulation=micro_batches(parameters, results_path), held_bytes=held_memory(parallel, results_path))
+
+
+def micro_batches(parameters, path):
+    """parameters.gradient_accumulation (1 when absent)."""
+    accumulation = parameters.get("gradient_accumulation", 1)
+    if not isinstance(accumulation, int) or isinstance(accumulation, bool) or accumulation < 1:
+        raise InputError(f"{path}: parameters.gradient_accumulation = {accumulation!r} is not a positive integer")
+    return accumulation
+
+
+def held_memory(parallel, path):
+    """The largest `steady_state_bytes` over ranks in parallel.memory_per_rank, or None."""
+    ranks = parallel.get("memory_per_rank")
+    if ranks is None:
+        return None
+    if not isinstance(ranks, list) or not ranks:
+        raise InputError(f"{path}: parallel.memory_per_rank is not a non-empty list")
+    return max(require(rank, "steady_state_bytes", f"{path} (parallel.memory_per_rank)", int) for rank in ranks)
 
 
 def rate_token(rate_mbit):
@@ -529,15 +724,44 @@ def load_measured(measured):
     return runs, fits
 
 
-def zero1_optimizer_compute(run, runs):
-    """zero1's optimizer phase includes its all-gather (clip_and_step does both). Its compute is
-    estimated as a matching ddp run's optimizer phase / p; without one, the measured phase is
-    used as it is (then the all-gather is measured, not predicted). Returns (seconds, how)."""
-    for other in runs:
-        if (other.strategy == "ddp" and other.world == run.world and other.hosts == run.hosts
-                and other.rate_mbit == run.rate_mbit and other.config == run.config and other.batch == run.batch):
-            return other.optimizer / run.world, f"ddp run {other.name} / p"
-    return None, "measured (incl. all-gather)"
+def matching_ddp_runs(run, runs):
+    """The ddp runs of the same link, ranks, model, batch, sequence length and accumulation, any
+    bucket size (compute does not depend on it)."""
+    return [other for other in runs
+            if other.strategy == "ddp" and other.world == run.world and other.hosts == run.hosts
+            and other.rate_mbit == run.rate_mbit and other.config == run.config and other.batch == run.batch
+            and other.seq_len == run.seq_len and other.accumulation == run.accumulation]
+
+
+def mean_of(runs, phase):
+    return sum(getattr(r, phase) for r in runs) / len(runs)
+
+
+def ddp_source(runs):
+    return "ddp " + (f"run {runs[0].name}" if len(runs) == 1 else f"runs {', '.join(r.name for r in runs)} (mean)")
+
+
+def sharded_optimizer_compute(run, runs):
+    """zero1/zero2's optimizer phase includes the norm all-reduce and the all-gather, fsdp's the
+    norm all-reduce (clip_and_step). Its compute is estimated as the matching ddp runs' mean
+    optimizer phase / p; without one, the measured phase is used as it is (then those collectives
+    are measured, not predicted). Returns (seconds or None, how)."""
+    ddp = matching_ddp_runs(run, runs)
+    if ddp:
+        return mean_of(ddp, "optimizer") / run.world, ddp_source(ddp) + " / p"
+    return None, "measured (incl. collectives)"
+
+
+def compute_phases(run, runs):
+    """Forward and backward compute per step. fsdp's measured phases hold its waits for gathers,
+    so they are the matching ddp runs' mean; ddp/zero1/zero2's are their own.
+    Returns (forward, backward, how)."""
+    ddp = matching_ddp_runs(run, runs) if run.strategy == "fsdp" else []
+    if ddp:
+        return mean_of(ddp, "forward"), mean_of(ddp, "backward"), ddp_source(ddp)
+    if run.strategy == "fsdp":
+        return run.forward, run.backward, "own (incl. gather waits)"
+    return run.forward, run.backward, "own"
 
 
 @dataclass
@@ -546,23 +770,27 @@ class CheckRow:
     predicted: StepResult
     buckets_model: int
     optimizer_source: str
-    optimizer_predicted: float  # the optimizer phase as mpibert times it (zero1: with its collectives)
+    optimizer_predicted: float  # the optimizer phase as mpibert times it (zero1/zero2/fsdp: with its collectives)
+    compute_source: str = "own"
+    exposed_measured: float = float("nan")  # ddp/zero: gradient_sync; fsdp: forward + backward + sync - compute
 
 
 def predict_run(run, runs, network):
-    params = parameter_list(run.config)
-    buckets = build_buckets([p.numel for p in params], run.bucket_mb, run.world)
-    ready = bucket_ready_times(buckets, ready_times(backward_costs(params, run.config, run.seq_len), run.backward))
+    forward, backward, compute_how = compute_phases(run, runs)
     optimizer, how = run.optimizer, "measured"
-    if run.strategy == "zero1":
-        compute, how = zero1_optimizer_compute(run, runs)
+    if run.strategy in SHARDED_STRATEGIES:
+        compute, how = sharded_optimizer_compute(run, runs)
         optimizer = compute if compute is not None else run.optimizer
-    inp = StepInput(run.data, run.forward, run.backward, optimizer, run.strategy, run.world, len(params))
-    result = simulate_step(inp, buckets, ready, network)
-    if run.strategy == "zero1" and how.startswith("measured"):
-        result.step -= result.gather  # the measured optimizer phase already holds the all-gather
+    inp = StepInput(run.data, forward, backward, optimizer, run.strategy, run.world, len(parameter_list(run.config)))
+    result = simulate(run.config, run.seq_len, inp, run.bucket_mb, network, run.accumulation)
+    if run.strategy in SHARDED_STRATEGIES and how.startswith("measured"):
+        result.step -= result.gather  # the measured optimizer phase already holds them
         result.gather = 0.0
-    return CheckRow(run, result, len(buckets), how, optimizer + result.gather)
+    exposed = run.sync
+    if run.strategy == "fsdp":
+        exposed = float("nan") if compute_how.startswith("own") else \
+            run.forward + run.backward + run.sync - forward - backward
+    return CheckRow(run, result, result.buckets, how, optimizer + result.gather, compute_how, exposed)
 
 
 def percent(predicted, measured):
@@ -587,37 +815,73 @@ def fit_table(fits, runs):
 
 def check_table(rows):
     lines = ["| run | hosts | rate (Mbit/s) | bucket MiB | strategy | buckets (meas/model) | compute/step (s) | "
-             "exposed/step meas (s) | exposed transfer meas (s) | exposed pred (s) | exposed err % | "
+             "forward, backward from | exposed/step meas (s) | exposed pred (s) | exposed err % | "
+             "after backward: transfer meas (s) | after backward: pred (s) | "
              "step meas (s) | step pred (s) | step err % | optimizer phase meas / pred (s) | optimizer compute from |",
-             "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| --- | ---: | ---: | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for row in rows:
         r, pr = row.run, row.predicted
         compute = r.data + r.forward + r.backward + r.optimizer
         lines.append(f"| {r.name} | {r.hosts} | {rate_token(r.rate_mbit)} | {r.bucket_mb:g} | {r.strategy} | "
-                     f"{r.buckets_measured}/{row.buckets_model} | {compute:.3f} | {r.sync:.3f} | {fmt(r.exposed_transfer)} | "
-                     f"{pr.exposed:.3f} | {fmt(percent(pr.exposed, r.sync), 0)} | {r.step:.3f} | {pr.step:.3f} | "
+                     f"{r.buckets_measured}/{row.buckets_model} | {compute:.3f} | {row.compute_source} | "
+                     f"{fmt(row.exposed_measured)} | {pr.exposed:.3f} | {fmt(percent(pr.exposed, row.exposed_measured), 0)} | "
+                     f"{fmt(r.exposed_transfer)} | {pr.tail:.3f} | {r.step:.3f} | {pr.step:.3f} | "
                      f"{fmt(percent(pr.step, r.step), 1)} | {r.optimizer:.3f} / {row.optimizer_predicted:.3f} | "
                      f"{row.optimizer_source} |")
     return lines
+
+
+def fsdp_phase_table(rows):
+    """fsdp: where the model puts the communication, phase by phase, against the measured phases."""
+    lines = ["| run | forward meas / pred (s) | backward meas / pred (s) | gradient_sync meas / pred (s) | "
+             "collectives per step (model) | bytes sent per rank per step (model, MB) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        r, pr = row.run, row.predicted
+        if r.strategy == "fsdp":
+            lines.append(f"| {r.name} | {r.forward:.3f} / {pr.forward:.3f} | {r.backward:.3f} / {pr.backward:.3f} | "
+                         f"{r.sync:.3f} / {pr.tail:.3f} | {pr.collectives} | {pr.network_bytes / 1e6:.1f} |")
+    return lines if len(lines) > 2 else []
+
+
+def memory_check_table(rows):
+    """parallel.memory_per_rank's steady state (largest over ranks) against the model's."""
+    lines = ["| run | strategy | ranks | held between steps, measured (MiB) | model (MiB) | error % |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        r = row.run
+        if r.held_bytes is not None:
+            model = held_between_steps(r.config, r.strategy, r.world, r.bucket_mb)
+            lines.append(f"| {r.name} | {r.strategy} | {r.world} | {r.held_bytes / MIB:.1f} | {model / MIB:.1f} | "
+                         f"{fmt(percent(model, r.held_bytes), 2)} |")
+    return lines if len(lines) > 2 else []
 
 
 CHECK_NOTES = """
 How to read this table:
 - Per-step values are run totals / global_step (results.json `phase_seconds`, `train_step_seconds`; the
   first step is included in both, so they agree with each other).
-- compute/step = data + forward + backward + optimizer phases. The phase times are each the slowest
-  rank's (max over ranks per phase), so their sum can exceed the real step.
-- "exposed/step meas" is the `gradient_sync` phase (the training thread waiting after backward,
-  slowest rank): it includes waiting for a slower rank, which the alpha-beta model does not predict.
-  "exposed transfer meas" is `gradient_transfer_after_backward_seconds_mean` / steps: the part of the
-  transfers after backward, waiting for other ranks left out; it is what the model's "exposed pred" is.
+- compute/step = data + forward + backward + optimizer phases as measured. The phase times are each
+  the slowest rank's (max over ranks per phase), so their sum can exceed the real step.
+- "exposed/step meas": ddp, zero1, zero2: the `gradient_sync` phase (the training thread waiting
+  after backward, slowest rank); it includes waiting for a slower rank, which the alpha-beta model does
+  not predict. fsdp: its gathers are waited for inside forward and backward, so it is fsdp's
+  forward + backward + gradient_sync minus the mean forward + backward of the matching ddp runs (same
+  link, ranks, model and batch, any bucket size: "forward, backward from"); n/a without one.
+- "after backward: transfer meas" is `gradient_transfer_after_backward_seconds_mean` / steps: the
+  reductions' transfer time after backward, waiting for other ranks left out; "pred" is the model's
+  communication after backward (ddp/zero1/zero2: all of their exposed communication; fsdp: the
+  reduce-scatters of the last units).
 - Predicted step = measured data + forward + backward + optimizer compute + predicted exposed
-  communication (+ zero1: predicted norm all-reduce and parameter all-gather) + the per-step 16-byte
-  sample-count all-reduce. Collective times use the alpha and beta fitted to bench_allreduce on the
-  same link and rank count, per operation (table above).
-- zero1: mpibert's optimizer phase contains the parameter all-gather. Its compute is taken as a
-  matching ddp run's optimizer phase / p when there is one; otherwise the measured phase is used
-  whole and the all-gather is not predicted ("measured (incl. all-gather)").
+  communication (+ zero1/zero2: predicted norm all-reduce and parameter all-gather; fsdp: the norm
+  all-reduce) + the per-step 16-byte sample-count all-reduce. fsdp's forward and backward compute
+  are the matching ddp runs' mean (one run's phases vary by up to ~25% on this VM). Collective times
+  use the alpha and beta fitted to bench_allreduce on the same link and rank count, per operation
+  (table above).
+- zero1, zero2, fsdp: mpibert's optimizer phase contains the norm all-reduce (and zero1/zero2's
+  parameter all-gather). Its compute is taken as the matching ddp runs' mean optimizer phase / p
+  when there is one; otherwise the measured phase is used whole and those collectives are not
+  predicted ("measured (incl. collectives)").
 - err % = (predicted - measured) / measured.
 - On this 2-core VM the MPI progress thread competes with compute and 3 ranks share 2 cores; the
   errors show how far a contention-free model is from that.
@@ -625,20 +889,24 @@ How to read this table:
 
 
 def error_summary(rows):
-    """Mean and largest |error| of the step and of the exposed communication, over all runs and
-    per host count: what the closing table quotes."""
+    """Mean and largest |error| of the step and of the communication after backward, over all runs,
+    per host count and per strategy: what the closing table quotes."""
     def line(label, subset):
         step = [(abs(percent(r.predicted.step, r.run.step)), r.run.name) for r in subset]
-        transfer = [abs(percent(r.predicted.exposed, r.run.exposed_transfer)) for r in subset
+        transfer = [abs(percent(r.predicted.tail, r.run.exposed_transfer)) for r in subset
                     if math.isfinite(r.run.exposed_transfer) and r.run.exposed_transfer > 0]
         worst = max(step)
         return (f"| {label} | {len(subset)} | {sum(e for e, _ in step) / len(step):.1f} | {worst[0]:.1f} ({worst[1]}) | "
                 f"{sum(transfer) / len(transfer):.1f} | {max(transfer):.1f} |") if transfer else ""
     lines = ["| runs | count | step: mean abs. error % | step: largest abs. error % (run) | "
-             "exposed transfer: mean abs. error % | largest % |",
+             "after-backward transfer: mean abs. error % | largest % |",
              "| --- | ---: | ---: | --- | ---: | ---: |", line("all", rows)]
     for hosts in sorted({r.run.hosts for r in rows}):
         lines.append(line(f"{hosts} hosts", [r for r in rows if r.run.hosts == hosts]))
+    for strategy in STRATEGIES:
+        subset = [r for r in rows if r.run.strategy == strategy]
+        if subset:
+            lines.append(line(strategy, subset))
     return [l for l in lines if l]
 
 
@@ -649,7 +917,20 @@ def write_check(measured, out, plot=True):
              "Generated by `scaling_model.py check` from `measured/`.", "", "## Link fits (bench_allreduce)", ""]
     lines += fit_table(fits, runs)
     lines += ["", "## Step time and exposed communication", ""] + check_table(rows) + [CHECK_NOTES.rstrip(), ""]
+    phases = fsdp_phase_table(rows)
+    if phases:
+        lines += ["## fsdp by phase", "", "The model's forward and backward phases are the matching ddp runs' compute "
+                  "plus the waits for gathers; its gradient_sync is the reduce-scatters left after backward.", ""]
+        lines += phases + [""]
+    memory = memory_check_table(rows)
+    if memory:
+        lines += ["## Memory held between steps", "", "results.json `parallel.memory_per_rank` (largest "
+                  "`steady_state_bytes` over ranks) against `held_between_steps` (README, Memory).", ""]
+        lines += memory + [""]
     lines += ["## Errors", ""] + error_summary(rows) + [""]
+    missing = [s for s in STRATEGIES if not any(r.run.strategy == s for r in rows)]
+    if missing:
+        lines += [f"No measured run of: {', '.join(missing)}.", ""]
     mismatched = [r.run.name for r in rows if r.run.buckets_measured != r.buckets_model]
     if mismatched:
         lines += [f"**Bucket count differs from mpibert's in: {', '.join(mismatched)}** (the model's bucket rule is wrong there).", ""]
@@ -657,6 +938,121 @@ def write_check(measured, out, plot=True):
     if plot:
         plot_check(rows, os.path.join(out, "check.png"))
     return rows
+
+
+# ----------------------------------------------------------------------------------------
+# Memory per GPU
+
+def state_bytes_per_param(strategy, p, at_backward_start=False):
+    """(parameters, gradients, optimizer state) bytes per parameter a rank holds, fp32 + AdamW, as
+    DataParallel allocates them. zero1 keeps the full gradient buckets and its reduced slices;
+    zero2 frees a bucket's full gradient after its reduce-scatter but allocates all of them again in
+    begin_backward (after forward, when the activations peak): at that moment it holds what zero1
+    does. fsdp holds slices only; its whole units in flight are counted apart (units_in_flight)."""
+    if p <= 1:
+        return 4.0, 4.0, 8.0
+    params, grads, optimizer = {"ddp": (4.0, 4.0, 8.0), "zero1": (4.0, 4.0 + 4 / p, 8 / p),
+                                "zero2": (4.0, 4 / p, 8 / p), "fsdp": (4 / p, 4 / p, 8 / p)}[strategy]
+    if strategy == "zero2" and at_backward_start:
+        grads += 4.0
+    return params, grads, optimizer
+
+
+def held_between_steps(config, strategy, world, bucket_mb):
+    """Bytes a rank holds between steps, as DataParallel::memory_footprint counts them: flat
+    buffers padded to a multiple of the ranks; sharded optimizer state of a whole slice (rank 0's)."""
+    params, groups = strategy_groups(config, strategy, bucket_mb, world)
+    n = sum(q.numel for q in params)
+    if world <= 1:
+        return 16 * n
+    padded = sum(g.numel for g in groups)
+    shard = padded // world
+    return {"ddp": 16 * n + 4 * (padded - n), "zero1": 8 * padded + 12 * shard,
+            "zero2": 4 * padded + 12 * shard, "fsdp": 16 * shard}[strategy]
+
+
+def activation_bytes_per_token(config, precision):
+    """Bytes autograd saves per token from a unit's forward to its backward: (embeddings, one
+    encoder layer, QA head). e = 4 (fp32) or 2 (bf16 autocast). Per layer, as bert_qa.cpp computes it:
+    fused QKV input e*h, Q/K/V (kept by attention) 3e*h, attention output e*h and its logsumexp 4*heads,
+    context copy (attention.output.dense input) e*h, two dropout masks 2h (bool), two LayerNorm inputs
+    in fp32 (autocast runs LayerNorm in fp32; the residual add is fp32) 8h + mean/rstd 16,
+    intermediate.dense input e*h, GELU input and output 2e*I; bf16: the mask cast to bf16, 2.
+    Embeddings: token and type ids 16, LayerNorm input 4h + 8, dropout mask h, the fp32 additive
+    mask 4. QA head: its input e*h, the two log-softmaxes 8."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    heads = config.get("num_attention_heads", 12)  # HF's BertConfig default
+    e = 2 if precision == "bf16" else 4
+    layer = e * (7 * h + 2 * inter) + 10 * h + 16 + 4 * heads + (2 if precision == "bf16" else 0)
+    return 5 * h + 28, layer, e * h + 8
+
+
+def saved_weight_bytes(config, precision):
+    """Weight copies the forward saves for backward, whatever the strategy (fsdp's sharding does not
+    free them): (embeddings, one layer, QA head). fp32: the fused QKV weight, torch::cat of three,
+    3h^2 x 4. bf16 autocast: a bf16 copy of every Linear weight (the QKV cat cast, the others cached
+    and saved by their matmuls), 2 bytes each."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    if precision == "bf16":
+        return 0, 2 * (4 * h * h + 2 * h * inter), 2 * 2 * h
+    return 0, 4 * 3 * h * h, 0
+
+
+def saved_bytes_per_unit(config, precision, seq_len):
+    """Per unit in forward order: (bytes per sample of `seq_len` tokens, fixed bytes) that the
+    forward saves for the backward: activations, and weight copies."""
+    emb, layer, head = activation_bytes_per_token(config, precision)
+    w_emb, w_layer, w_head = saved_weight_bytes(config, precision)
+    layers = config["num_hidden_layers"]
+    return [(emb * seq_len, w_emb)] + [(layer * seq_len, w_layer)] * layers + [(head * seq_len, w_head)]
+
+
+def units_in_flight(units, u):
+    """fsdp, during unit u's backward: its parameters and gradients whole, the unit before it being
+    gathered, the gradients of the unit after it being reduce-scattered (bytes)."""
+    whole = [4 * g.numel for g in units]
+    before = whole[u - 1] if u > 0 else 0
+    after = whole[u + 1] if u + 1 < len(units) else 0
+    return 2 * whole[u] + before + after
+
+
+def peak_candidates(config, strategy, p, seq_len, precision):
+    """The moments that can hold the most, as (activation bytes per sample, model state, saved weight
+    copies, fsdp's units in flight): the start of backward (model state as then held, everything the
+    forward saved); fsdp: each position u of the backward (units 0..u still saved, units in flight)."""
+    state = sum(state_bytes_per_param(strategy, p, at_backward_start=True)) * total_params(config)
+    saved = saved_bytes_per_unit(config, precision, seq_len)
+    if strategy != "fsdp":
+        return [(sum(a for a, _ in saved), state, sum(c for _, c in saved), 0)]
+    units = build_units(parameter_list(config), p, config["num_hidden_layers"])
+    return [(sum(a for a, _ in saved[:u + 1]), state, sum(c for _, c in saved[:u + 1]), units_in_flight(units, u))
+            for u in range(len(units))]
+
+
+def peak_memory_terms(config, strategy, p, seq_len, precision):
+    """The most a rank holds during a step is max over terms of (per_sample x batch + fixed) bytes."""
+    return [(a, state + copies + flight) for a, state, copies, flight in peak_candidates(config, strategy, p, seq_len, precision)]
+
+
+def peak_breakdown(config, strategy, p, batch, seq_len, precision):
+    """The peak's parts (bytes) at `batch`: {state, activations, weight copies, units in flight}."""
+    a, state, copies, flight = max(peak_candidates(config, strategy, p, seq_len, precision),
+                                   key=lambda c: c[0] * batch + c[1] + c[2] + c[3])
+    return {"model state": state, "activations": a * batch, "saved weight copies": copies, "fsdp units in flight": flight}
+
+
+def peak_memory_bytes(terms, batch):
+    return max(a * batch + c for a, c in terms)
+
+
+def usable_memory_bytes(memory_gib, reserved_gib, fragmentation):
+    """What the caching allocator can hand out: (memory - reserved) x (1 - fragmentation)."""
+    return (memory_gib - reserved_gib) * GIB * (1 - fragmentation)
+
+
+def largest_batch(terms, usable):
+    """The largest batch whose peak fits in `usable` bytes (0: not even one sample)."""
+    return max(0, min(math.floor((usable - c) / a) for a, c in terms))
 
 
 # ----------------------------------------------------------------------------------------
@@ -688,7 +1084,36 @@ def load_clusters(path):
     for net, spec in raw["networks"].items():
         if "node_Gbit" not in spec:
             raise InputError(f"{path}: networks.{net} has no 'node_Gbit'")
+    load_devices(raw, path)
     return raw
+
+
+@dataclass
+class Device:
+    """A GPU with its memory; its step time is that of gpus.<compute>."""
+    name: str
+    compute: str
+    memory_gib: float
+
+
+def load_devices(raw, path):
+    """(devices, reserved GiB, fragmentation fraction) from clusters.json's 'memory'."""
+    memory = require(raw, "memory", path, dict)
+    devices = []
+    for name, spec in require(memory, "devices", f"{path} (memory)", dict).items():
+        compute = require(spec, "compute", f"{path} (memory.devices.{name})", str)
+        if compute not in raw["gpus"]:
+            raise InputError(f"{path}: memory.devices.{name}.compute '{compute}' is not in 'gpus'")
+        if "memory_GiB" not in spec:
+            raise InputError(f"{path}: memory.devices.{name} has no 'memory_GiB'")
+        devices.append(Device(name, compute, value(spec["memory_GiB"], path, f"memory.devices.{name}.memory_GiB")))
+    for key in ("reserved_GiB", "fragmentation_fraction"):
+        if key not in memory:
+            raise InputError(f"{path}: memory has no '{key}'")
+    fragmentation = value(memory["fragmentation_fraction"], path, "memory.fragmentation_fraction")
+    if not 0 <= fragmentation < 1:
+        raise InputError(f"{path}: memory.fragmentation_fraction = {fragmentation} is not in [0, 1)")
+    return devices, value(memory["reserved_GiB"], path, "memory.reserved_GiB"), fragmentation
 
 
 def make_cluster(raw, gpu, net, path):
@@ -726,12 +1151,21 @@ def gpu_compute(raw, gpu, config, base_config, path):
 
 
 def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len):
-    params = parameter_list(config)
-    buckets = build_buckets([q.numel for q in params], bucket_mb, p)
-    ready = bucket_ready_times(buckets, ready_times(backward_costs(params, config, seq_len), compute.backward))
-    optimizer = compute.optimizer / p if strategy == "zero1" else compute.optimizer
-    inp = StepInput(compute.data, compute.forward, compute.backward, optimizer, strategy, p, len(params))
-    return simulate_step(inp, buckets, ready, cluster)
+    optimizer = compute.optimizer / p if strategy in SHARDED_STRATEGIES else compute.optimizer
+    inp = StepInput(compute.data, compute.forward, compute.backward, optimizer, strategy, p, len(parameter_list(config)))
+    return simulate(config, seq_len, inp, bucket_mb, cluster)
+
+
+def at_batch(compute, factor):
+    """The same GPU at `factor` x the workload's batch: forward, backward and data scale with it
+    (ASSUMPTION: samples/s does not depend on the batch), the optimizer does not."""
+    return Compute(compute.forward * factor, compute.backward * factor, compute.optimizer, compute.data * factor)
+
+
+def compute_seconds(compute, strategy, p):
+    """What one step computes (no communication) under `strategy` on p GPUs."""
+    optimizer = compute.optimizer / p if strategy in SHARDED_STRATEGIES else compute.optimizer
+    return compute.data + compute.forward + compute.backward + optimizer
 
 
 @dataclass
@@ -744,6 +1178,17 @@ class Projection:
     best: StepResult
     best_label: str
     one_gpu: float
+    strategies: dict = field(default_factory=dict)  # ddp/zero1/zero2 at 25 MiB, fsdp: StepResult
+    compute: Compute = None
+
+
+def fastest_option(config, compute, cluster, p, seq_len, fsdp):
+    """The fastest of ddp and zero1/zero2 (same collectives, same time) x bucket sizes, and fsdp."""
+    options = [(fsdp, "fsdp")]
+    for strategy, label in (("ddp", "ddp"), ("zero1", "zero1/zero2")):
+        options += [(project_point(config, compute, cluster, p, strategy, mb, seq_len), f"{label} {mb} MiB")
+                    for mb in BUCKET_CHOICES_MB]
+    return min(options, key=lambda o: (round(o[0].step, 12), o[1]))
 
 
 def run_projections(raw, configs, path):
@@ -756,13 +1201,11 @@ def run_projections(raw, configs, path):
                 cluster = make_cluster(raw, gpu, net, path)
                 one = project_point(config, compute, cluster, 1, "ddp", 25, seq_len).step
                 for p in PROJECTION_GPUS:
-                    default = project_point(config, compute, cluster, p, "ddp", 25, seq_len)
-                    options = [(project_point(config, compute, cluster, p, s, mb, seq_len), f"{s} {mb} MiB")
-                               for s in STRATEGIES for mb in BUCKET_CHOICES_MB]
-                    best, label = min(options, key=lambda o: (round(o[0].step, 12), o[1]))
+                    by_strategy = {s: project_point(config, compute, cluster, p, s, 25, seq_len) for s in STRATEGIES}
+                    best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"])
                     if p == 1:
                         label = "(no communication)"
-                    out.append(Projection(model, gpu, net, p, default, best, label, one))
+                    out.append(Projection(model, gpu, net, p, by_strategy["ddp"], best, label, one, by_strategy, compute))
     return out, batch
 
 
@@ -800,6 +1243,162 @@ def recommendations(projections):
                      f"{by_p[512].best_label} | {by_p[512].one_gpu / by_p[512].best.step:.3f} / "
                      f"{by_p[512].one_gpu / by_p[512].default.step:.3f} |")
     return lines
+
+
+def exposed_ms(pr, strategy):
+    """Everything in the step that is not compute (communication the step waits for), ms."""
+    return (pr.strategies[strategy].step - compute_seconds(pr.compute, strategy, pr.p)) * 1e3
+
+
+def fsdp_exposed_split(pr):
+    """fsdp's exposed communication: in forward / in backward / after backward + norm, ms."""
+    r = pr.strategies["fsdp"]
+    return ((r.forward - pr.compute.forward) * 1e3, (r.backward - pr.compute.backward) * 1e3,
+            exposed_ms(pr, "fsdp") - (r.forward - pr.compute.forward + r.backward - pr.compute.backward) * 1e3)
+
+
+def strategy_tables(projections):
+    """Per model, GPU and network, 8-512 GPUs: ddp, zero1/zero2 (25 MiB) and fsdp side by side."""
+    lines, groups = [], {}
+    for pr in projections:
+        if pr.p >= 8:
+            groups.setdefault((pr.model, pr.gpu, pr.net), []).append(pr)
+    for (model, gpu, net), rows in groups.items():
+        lines += [f"### {model}, {gpu}, {net}: strategies", "",
+                  "| GPUs | ddp step (ms) | ddp eff. | ddp exposed (ms) | zero1/zero2 step (ms) | zero1/zero2 eff. | "
+                  "zero1/zero2 exposed (ms) | fsdp step (ms) | fsdp eff. | fsdp exposed (ms): forward / backward / after | "
+                  "MB sent per GPU per step: ddp / zero / fsdp |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+        for pr in rows:
+            d, z, f = (pr.strategies[s] for s in ("ddp", "zero2", "fsdp"))
+            fw, bw, after = fsdp_exposed_split(pr)
+            lines.append(f"| {pr.p} | {d.step * 1e3:.1f} | {pr.one_gpu / d.step:.3f} | {exposed_ms(pr, 'ddp'):.1f} | "
+                         f"{z.step * 1e3:.1f} | {pr.one_gpu / z.step:.3f} | {exposed_ms(pr, 'zero2'):.1f} | "
+                         f"{f.step * 1e3:.1f} | {pr.one_gpu / f.step:.3f} | {fw:.1f} / {bw:.1f} / {after:.1f} | "
+                         f"{d.network_bytes / 1e6:.0f} / {z.network_bytes / 1e6:.0f} / {f.network_bytes / 1e6:.0f} |")
+        lines.append("")
+    return lines
+
+
+def strategy_summary(projections):
+    lines = ["| model | GPU | network | efficiency at 64 GPUs: ddp / zero2 / fsdp | at 512 GPUs: ddp / zero2 / fsdp | "
+             "fsdp exposed at 512 (ms): forward / backward / after |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    groups = {}
+    for pr in projections:
+        groups.setdefault((pr.model, pr.gpu, pr.net), {})[pr.p] = pr
+    for (model, gpu, net), by_p in groups.items():
+        cells = [" / ".join(f"{by_p[p].one_gpu / by_p[p].strategies[s].step:.3f}" for s in ("ddp", "zero2", "fsdp"))
+                 for p in (64, 512)]
+        split = " / ".join(f"{x:.1f}" for x in fsdp_exposed_split(by_p[512]))
+        lines.append(f"| {model} | {gpu} | {net} | {cells[0]} | {cells[1]} | {split} |")
+    return lines
+
+
+def traffic_paragraph(projections, configs):
+    """Bytes each GPU sends per step, from the simulated collectives, at 64 GPUs."""
+    lines = []
+    for model, config in configs.items():
+        pr = next(x for x in projections if x.model == model and x.p == 64)
+        d, z, f = (pr.strategies[s].network_bytes for s in ("ddp", "zero2", "fsdp"))
+        counts = [pr.strategies[s].collectives for s in ("ddp", "zero2", "fsdp")]
+        lines.append(f"- {model} ({total_params(config):,} parameters, {4 * total_params(config) / 1e6:.0f} MB of fp32), "
+                     f"64 GPUs: ddp {d / 1e6:.0f} MB, zero1/zero2 {z / 1e6:.0f} MB, fsdp {f / 1e6:.0f} MB per GPU per step "
+                     f"(fsdp / ddp = {f / d:.3f}); collectives per step: ddp {counts[0]}, zero1/zero2 {counts[1]}, "
+                     f"fsdp {counts[2]}.")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------
+# project: memory per GPU
+
+def batch_table(raw, configs, path):
+    """{(model, precision, device, strategy): [largest batch at each p >= 8]}."""
+    devices, reserved, fragmentation = load_devices(raw, path)
+    seq_len = raw["workload"]["seq_len"]
+    table = {}
+    for model, config in configs.items():
+        for precision in PRECISIONS:
+            for device in devices:
+                usable = usable_memory_bytes(device.memory_gib, reserved, fragmentation)
+                for strategy in STRATEGIES:
+                    table[(model, precision, device.name, strategy)] = [
+                        largest_batch(peak_memory_terms(config, strategy, p, seq_len, precision), usable)
+                        for p in PROJECTION_GPUS if p >= 8]
+    return table
+
+
+def memory_inputs(raw, configs):
+    """What the peak is made of, per model and precision."""
+    seq_len = raw["workload"]["seq_len"]
+    lines = [f"| model | precision | activations per sample of {seq_len} tokens (MB) | saved weight copies (MB) | "
+             "state at the start of backward, GB per GPU at 8 / 512 GPUs: ddp | zero1 = zero2 | fsdp (+ units in flight) |",
+             "| --- | --- | ---: | ---: | --- | --- | --- |"]
+    for model, config in configs.items():
+        n = total_params(config)
+        units = build_units(parameter_list(config), 8, config["num_hidden_layers"])
+        in_flight = max(units_in_flight(units, u) for u in range(len(units))) / 1e9
+        for precision in PRECISIONS:
+            saved = saved_bytes_per_unit(config, precision, seq_len)
+            state = [" / ".join(f"{sum(state_bytes_per_param(s, p, True)) * n / 1e9:.2f}" for p in (8, 512))
+                     for s in ("ddp", "zero2", "fsdp")]
+            lines.append(f"| {model} | {precision} | {sum(a for a, _ in saved) / 1e6:.1f} | {sum(c for _, c in saved) / 1e6:.0f} | "
+                         f"{state[0]} | {state[1]} | {state[2]} (+ at most {in_flight:.2f}) |")
+    return lines
+
+
+def largest_batch_tables(table, configs, devices):
+    lines = []
+    ps = [p for p in PROJECTION_GPUS if p >= 8]
+    for model in configs:
+        for precision in PRECISIONS:
+            lines += [f"### {model}, {precision}: largest batch per GPU", "",
+                      "| GPU | strategy | " + " | ".join(f"{p} GPUs" for p in ps) + " |",
+                      "| --- | --- | " + " | ".join("---:" for _ in ps) + " |"]
+            for device in devices:
+                for strategy in STRATEGIES:
+                    cells = " | ".join(str(b) for b in table[(model, precision, device.name, strategy)])
+                    lines.append(f"| {device.name} | {strategy} | {cells} |")
+            lines.append("")
+    return lines
+
+
+def throughput_at_largest_batch(raw, configs, table, path):
+    """bf16, 64 and 512 GPUs: each strategy at its own largest batch; samples/s per GPU
+    (compute per sample as at the workload's batch: see at_batch)."""
+    devices, _, _ = load_devices(raw, path)
+    batch, seq_len = raw["workload"]["batch_per_gpu"], raw["workload"]["seq_len"]
+    ps = [p for p in PROJECTION_GPUS if p >= 8]
+    lines = ["| model | GPU | network | GPUs | ddp: batch, samples/s/GPU | zero2: batch, samples/s/GPU | "
+             "fsdp: batch, samples/s/GPU | fsdp / ddp |", "| --- | --- | --- | ---: | --- | --- | --- | ---: |"]
+    for model, config in configs.items():
+        for device in devices:
+            compute = gpu_compute(raw, device.compute, config, configs["bert-base"], path)
+            for net in raw["networks"]:
+                cluster = make_cluster(raw, device.compute, net, path)
+                for p in (64, 512):
+                    rates = {}
+                    for strategy in ("ddp", "zero2", "fsdp"):
+                        b = table[(model, "bf16", device.name, strategy)][ps.index(p)]
+                        step = project_point(config, at_batch(compute, b / batch), cluster, p, strategy, 25, seq_len).step
+                        rates[strategy] = (b, b / step if b else 0.0)
+                    cells = " | ".join(f"{b}, {r:.0f}" for b, r in rates.values())
+                    ratio = rates["fsdp"][1] / rates["ddp"][1] if rates["ddp"][1] else float("nan")
+                    lines.append(f"| {model} | {device.name} | {net} | {p} | {cells} | {fmt(ratio, 3)} |")
+    return lines
+
+
+def memory_section(raw, configs, batches, path):
+    """projection.md's 'Memory per GPU': what is counted, its parts, the largest batches, and
+    throughput at them."""
+    devices, reserved, fragmentation = load_devices(raw, path)
+    usable = ", ".join(f"{d.name} {usable_memory_bytes(d.memory_gib, reserved, fragmentation) / GIB:.1f} GiB" for d in devices)
+    lines = [MEMORY_NOTES, f"Memory available to the allocator: {usable}.", ""]
+    lines += memory_inputs(raw, configs) + [""] + largest_batch_tables(batches, configs, devices)
+    lines += ["### Throughput at each strategy's largest batch (bf16)", "",
+              "Compute per sample as at batch 32 (ASSUMPTION: samples/s of one GPU does not depend on the batch); "
+              "communication per step does not grow with the batch, so a larger batch hides more of it.", ""]
+    return lines + throughput_at_largest_batch(raw, configs, batches, path)
 
 
 def find_projection(projections, model, gpu, net, p):
@@ -860,8 +1459,35 @@ PROJECTION_NOTES = """## What the projection assumes
   parameters (exposed). It moves as many bytes as ddp's all-reduce, but the all-gather cannot overlap,
   so it is the faster choice only when the optimizer time it saves (optimizer x (1 - 1/p)) exceeds the
   exposed all-gather. Its memory saving: 8 bytes per parameter (AdamW moments) x (1 - 1/p).
+- zero2: the same collectives as zero1 (mpibert reduce-scatters zero1's buckets too), so the same
+  step time; it differs in memory only.
+- fsdp (FULL_SHARD): the flat groups are the units (embeddings, each encoder layer, the QA head),
+  gathered before their forward with the next one prefetched, gathered again at the start of their
+  backward with the one before prefetched, reduce-scattered when their backward ends; all on one
+  stream in the order of mpibert's plan (3U-1 collectives per micro-batch, U units); each unit's
+  forward and backward take its share of the backward FLOPs. No all-gather after the step (the
+  parameters stay sharded); the norm all-reduce and the optimizer on 1/p as zero1.
 - Not modelled: NCCL protocols (LL/LL128), NVLS/SHARP, contention of NCCL kernels with compute, stragglers,
   data loading, the evaluation phase, and mpibert's GPU path (which has not yet run on a GPU).
+"""
+
+
+MEMORY_NOTES = """## Memory per GPU: what is counted
+
+The largest batch per GPU (sequences of 384) whose peak fits in (memory - reserved) x (1 -
+fragmentation), both ASSUMPTIONS in `clusters.json`. The peak is at the start of backward (fsdp: the
+largest over the backward's position), the sum of:
+- model state, fp32 + AdamW, bytes per parameter: ddp 16; zero1 4 + 4 + 12/p (the full gradient buckets
+  and its reduced slices); zero2 4 + 12/p between steps, but mpibert's `begin_backward` allocates every
+  bucket's full gradient again right after forward, when the activations peak, so at the peak it holds
+  zero1's 8 + 12/p; fsdp 16/p, plus the units in flight (the unit in backward, its parameters and
+  gradients whole, the one before it being gathered, the gradients of the one after it being
+  reduce-scattered);
+- activations autograd saves, per token and encoder layer, e = 2 bytes (bf16 autocast) or 4 (fp32):
+  e(7h + 2I) + 10h + 16 + 4a (+2 for bf16) bytes: bf16 40h, fp32 70h for I = 4h; attention through
+  `scaled_dot_product_attention`'s memory-efficient kernel, which keeps no seq x seq tensor (README);
+- weight copies the forward saves for backward, not sharded by fsdp: fp32 the fused QKV weight
+  (torch::cat, 12h^2 bytes per layer); bf16 a 2-byte copy of every Linear weight.
 """
 
 
@@ -870,19 +1496,28 @@ def write_projection(clusters_path, out, plot=True):
     configs = {"bert-base": load_config(os.path.join(HERE, "..", "..", "bench", "bert-base-config.json")),
                "bert-large": load_config(os.path.join(HERE, "bert-large-config.json"))}
     projections, batch = run_projections(raw, configs, clusters_path)
+    batches = batch_table(raw, configs, clusters_path)
     lines = ["# Scaling projection: mpibert data-parallel BERT on GPU clusters", "",
              "Generated by `scaling_model.py project` from `clusters.json` (every input there has its source).",
              f"Batch {batch} per GPU, sequences of {raw['workload']['seq_len']}; p = GPUs, 8 per node; "
              "efficiency = one GPU's step / p GPUs' step (weak scaling).", "",
              f"Parameters: bert-base {total_params(configs['bert-base']):,}, bert-large {total_params(configs['bert-large']):,} "
              "(BertForQuestionAnswering, no pooler).", "",
-             "## Recommended configuration (fastest of ddp/zero1 x buckets 1, 5, 10, 25, 50, 100 MiB)", ""]
-    lines += recommendations(projections) + ["", PROJECTION_NOTES, "## Tables", ""]
-    lines += projection_tables(projections, batch, configs)
+             "## Recommended configuration (fastest of ddp, zero1/zero2 x buckets 1, 5, 10, 25, 50, 100 MiB, and fsdp)", ""]
+    lines += recommendations(projections) + ["", PROJECTION_NOTES]
+    lines += ["## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets)", ""] + strategy_summary(projections)
+    lines += ["", "Bytes each GPU sends per step (ring formulas, (p-1)/p x bytes per gather or reduce-scatter, "
+              "2(p-1)/p per all-reduce), from the simulated collectives:", ""] + traffic_paragraph(projections, configs)
+    lines += [""] + memory_section(raw, configs, batches, clusters_path) + ["", "## Tables", ""]
+    lines += projection_tables(projections, batch, configs) + strategy_tables(projections)
     lines.append(published_comparison(projections))
     write_text(os.path.join(out, "projection.md"), "\n".join(lines))
     if plot:
         plot_projection(projections, os.path.join(out, "projection.png"))
+        devices, reserved, fragmentation = load_devices(raw, clusters_path)
+        usable = {d.name: usable_memory_bytes(d.memory_gib, reserved, fragmentation) for d in devices}
+        plot_memory(batches, configs, devices, os.path.join(out, "projection-memory.png"),
+                    raw["workload"]["seq_len"], batch, 64, usable)
     return projections
 
 
@@ -910,54 +1545,132 @@ def save(fig, path):
     fig.savefig(path, dpi=110, metadata={"Software": None})
 
 
+MARKERS = {"ddp": "o", "zero1": "s", "zero2": "^", "fsdp": "D"}
+
+
 def plot_check(rows, path):
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     pairs = [("step time per step (s)", [(r.run.step, r.predicted.step) for r in rows]),
-             ("exposed communication per step (s)", [(r.run.sync, r.predicted.exposed) for r in rows])]
+             ("exposed communication per step (s)", [(r.exposed_measured, r.predicted.exposed) for r in rows])]
     for ax, (title, points) in zip(axes, pairs):
-        for row, (m, p) in zip(rows, points):
-            ax.scatter(m, p, marker="o" if row.run.strategy == "ddp" else "s")
-            ax.annotate(row.run.name, (m, p), fontsize=6)
-        top = max([max(m, p) for m, p in points] + [1e-6]) * 1.1
-        ax.plot([0, top], [0, top], color="grey", linewidth=0.8)
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
+        shown = [(row, m, p) for row, (m, p) in zip(rows, points) if math.isfinite(m) and m > 0 and p > 0]
+        for row, m, p in shown:
+            ax.scatter(m, p, marker=MARKERS[row.run.strategy])
+            ax.annotate(row.run.name, (m, p), fontsize=5)
+        values = [v for _, m, p in shown for v in (m, p)] or [1e-3, 1.0]
+        low, top = min(values) / 1.25, max(values) * 1.25
+        ax.plot([low, top], [low, top], color="grey", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(low, top)
+        ax.set_ylim(low, top)
         ax.set_xlabel("measured")
         ax.set_ylabel("predicted")
         ax.set_title(title)
-    fig.suptitle("mpibert CPU runs: alpha-beta model vs measurement (o ddp, s zero1)")
+    fig.suptitle("mpibert CPU runs: alpha-beta model vs measurement (o ddp, s zero1, ^ zero2, D fsdp)")
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
 
 
+def plot_best(axes, projections, model, column):
+    """Rows 0-1: speedup and efficiency of the fastest configuration, per GPU and network."""
+    series = {}
+    for pr in projections:
+        if pr.model == model:
+            series.setdefault((pr.gpu, pr.net), []).append(pr)
+    for (gpu, net), prs in sorted(series.items()):
+        ps = [pr.p for pr in prs]
+        eff = [pr.one_gpu / pr.best.step for pr in prs]
+        style = "-" if gpu == "A100" else "--"
+        axes[0][column].plot(ps, [p * e for p, e in zip(ps, eff)], style, marker=".", label=f"{gpu} {net}")
+        axes[1][column].plot(ps, eff, style, marker=".", label=f"{gpu} {net}")
+    axes[0][column].plot(PROJECTION_GPUS, PROJECTION_GPUS, color="grey", linewidth=0.8, label="linear")
+    for row, label in enumerate(["speedup", "efficiency"]):
+        axes[row][column].set_ylabel(label)
+        axes[row][column].set_title(f"{model}, batch 32/GPU, fastest strategy x bucket")
+    axes[0][column].set_yscale("log", base=2)
+
+
+def plot_strategies(ax, projections, model, gpu):
+    """Efficiency of ddp, zero1/zero2 and fsdp (25 MiB buckets) per network, on one GPU."""
+    styles = {"IB100": ":", "IB200": "--", "IB400": "-"}
+    colors = {"ddp": "tab:blue", "zero2": "tab:orange", "fsdp": "tab:red"}
+    labels = {"ddp": "ddp", "zero2": "zero1/zero2", "fsdp": "fsdp"}
+    series = {}
+    for pr in projections:
+        if pr.model == model and pr.gpu == gpu:
+            series.setdefault(pr.net, []).append(pr)
+    for net, prs in sorted(series.items()):
+        for strategy in ("ddp", "zero2", "fsdp"):
+            ax.plot([pr.p for pr in prs], [pr.one_gpu / pr.strategies[strategy].step for pr in prs],
+                    styles.get(net, "-"), color=colors[strategy], marker=".", label=f"{labels[strategy]} {net}")
+    ax.set_ylabel("efficiency")
+    ax.set_title(f"{model}, {gpu}: strategies (25 MiB buckets)")
+
+
 def plot_projection(projections, path):
     plt = pyplot()
     models = sorted({p.model for p in projections})
-    fig, axes = plt.subplots(2, len(models), figsize=(6 * len(models), 8), squeeze=False)
-    series = {}
-    for pr in projections:
-        series.setdefault((pr.model, pr.gpu, pr.net), []).append(pr)
+    gpus = sorted({p.gpu for p in projections})
+    fig, axes = plt.subplots(2 + len(gpus), len(models), figsize=(6 * len(models), 4 * (2 + len(gpus))), squeeze=False)
     for column, model in enumerate(models):
-        for (m, gpu, net), prs in sorted(series.items()):
-            if m != model:
-                continue
-            ps = [pr.p for pr in prs]
-            eff = [pr.one_gpu / pr.best.step for pr in prs]
-            style = "-" if gpu == "A100" else "--"
-            axes[0][column].plot(ps, [p * e for p, e in zip(ps, eff)], style, marker=".", label=f"{gpu} {net}")
-            axes[1][column].plot(ps, eff, style, marker=".", label=f"{gpu} {net}")
-        axes[0][column].plot(PROJECTION_GPUS, PROJECTION_GPUS, color="grey", linewidth=0.8, label="linear")
-        for row, label in enumerate(["speedup", "efficiency"]):
+        plot_best(axes, projections, model, column)
+        for row, gpu in enumerate(gpus, start=2):
+            plot_strategies(axes[row][column], projections, model, gpu)
+        for row in range(2 + len(gpus)):
             ax = axes[row][column]
             ax.set_xscale("log", base=2)
             ax.set_xlabel("GPUs (8 per node)")
-            ax.set_ylabel(label)
-            ax.set_title(f"{model}, batch 32/GPU, fastest ddp/zero1 x bucket")
-            ax.legend(fontsize=7)
-        axes[0][column].set_yscale("log", base=2)
-        axes[1][column].set_ylim(0, 1.05)
+            ax.legend(fontsize=6, ncol=2)
+            if row >= 1:
+                ax.set_ylim(0, 1.05)
+    fig.tight_layout()
+    save(fig, path)
+    plt.close(fig)
+
+
+def plot_largest_batches(ax, batches, model, devices, p, seq_len):
+    """Grouped bars: the largest batch per GPU (bf16, p GPUs) per device and strategy."""
+    column = [q for q in PROJECTION_GPUS if q >= 8].index(p)
+    width = 0.8 / len(STRATEGIES)
+    for k, strategy in enumerate(STRATEGIES):
+        heights = [batches[(model, "bf16", d.name, strategy)][column] for d in devices]
+        xs = [i + (k - (len(STRATEGIES) - 1) / 2) * width for i in range(len(devices))]
+        ax.bar(xs, heights, width, label=strategy, color=f"C{k}")
+    ax.set_xticks(range(len(devices)), [d.name for d in devices])
+    ax.set_ylabel(f"largest batch per GPU (sequences of {seq_len})")
+    ax.set_title(f"{model}, bf16, {p} GPUs: largest batch that fits")
+    ax.legend(fontsize=7)
+
+
+def plot_peak_parts(ax, config, model, p, batch, seq_len, usable):
+    """Stacked bars: what the peak is made of per strategy (bf16); dashed: a device's usable memory
+    where it is within the plot."""
+    bottoms = [0.0] * len(STRATEGIES)
+    parts = [peak_breakdown(config, s, p, batch, seq_len, "bf16") for s in STRATEGIES]
+    for k, name in enumerate(parts[0]):
+        heights = [part[name] / GIB for part in parts]
+        ax.bar(STRATEGIES, heights, 0.6, bottom=bottoms, label=name, color=f"C{k + 4}")
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for device, limit in usable.items():
+        if limit / GIB < 1.15 * max(bottoms):
+            ax.axhline(limit / GIB, linestyle="--", color="grey", linewidth=0.8)
+            ax.annotate(device, (len(STRATEGIES) - 0.5, limit / GIB), fontsize=7, ha="right", va="bottom")
+    ax.set_ylim(0, 1.15 * max(bottoms))
+    ax.set_ylabel("GiB at the peak")
+    ax.set_title(f"{model}, bf16, batch {batch} per GPU, {p} GPUs: the peak's parts")
+    ax.legend(fontsize=7)
+
+
+def plot_memory(batches, configs, devices, path, seq_len, batch, p, usable):
+    """projection-memory.png: per model, the largest batch (top) and the peak's parts (bottom)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(2, len(configs), figsize=(6 * len(configs), 9), squeeze=False)
+    for column, (model, config) in enumerate(configs.items()):
+        plot_largest_batches(axes[0][column], batches, model, devices, p, seq_len)
+        plot_peak_parts(axes[1][column], config, model, p, batch, seq_len, usable)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)

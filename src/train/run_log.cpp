@@ -102,9 +102,9 @@ nlohmann::ordered_json eval_metrics_as_hf(const EvalResult& result, int world_si
   return metrics;
 }
 
-void RunLog::add_evaluation(int64_t step, const EvalResult& result) {
+void RunLog::add_evaluation(int64_t step, double epoch, const EvalResult& result) {
   scalar("eval/loss", result.loss, step);
-  nlohmann::ordered_json line = {{"step", step}};
+  nlohmann::ordered_json line = {{"step", step}, {"epoch", epoch}};
   line.update(eval_metrics_as_hf(result, world_size_));
   write_metrics_line(line);
   for (const char* key : {"exact_match", "exact", "f1", "best_f1"})

@@ -119,6 +119,8 @@ class Trainer {
   void set_up_schedule();
   void set_up_parallel();
   bool steps_left_in_epoch() const;
+  // Epochs done after optimizer step `step` (fractional).
+  double epochs_at(int64_t step) const { return static_cast<double>(step) / static_cast<double>(steps_per_epoch_); }
   StepRecord train_step(BatchLoader& batches);
   bool finish_step(StepRecord step, const StopSignals& signals);
   void flush_logs(bool print_progress);
@@ -369,7 +371,7 @@ bool Trainer::finish_step(StepRecord step, const StopSignals& signals) {
   step_seconds_ += step_time;
   samples_this_run_ += step.samples;
   step.step = s;
-  step.epoch = static_cast<double>(s) / static_cast<double>(steps_per_epoch_);
+  step.epoch = epochs_at(s);
   step.seconds = seconds_since(run_start_);
   log_->add_step(std::move(step), step_time, samples_this_run_ / seconds_since(loop_start_));
   if (logging || evaluate || checkpoint || last) flush_logs(logging);
@@ -405,7 +407,7 @@ void Trainer::run_evaluation() {
     last_eval_ = evaluate(model(), *eval_store_, options_.output_dir, options_.eval_batch_size, options_.postprocess);
   });
   last_eval_step_ = state_.global_step;
-  log_->add_evaluation(state_.global_step, *last_eval_);
+  log_->add_evaluation(state_.global_step, epochs_at(state_.global_step), *last_eval_);
   const double f1 = last_eval_->metrics["f1"].get<double>();
   if (!state_.best_metric || f1 > *state_.best_metric) {
     state_.best_metric = f1;

@@ -181,24 +181,43 @@ sys.exit(1 if problems else 0)
 EOF
 }
 
+# Python checks of a finished job's run directory, given on stdin; they run after this preamble:
+# d (the directory), job_id, r (results.json), j (job.json), expect(what, ok) collecting problems.
+run_dir_checks_preamble='import json, os, sys
+d, job_id = sys.argv[1], sys.argv[2]
+r = json.load(open(os.path.join(d, "results.json")))
+j = json.load(open(os.path.join(d, "job.json")))
+problems = []
+def expect(what, ok):
+    if not ok: problems.append(what)'
+check_run_dir() {  # DIR ID < checks
+  "$python" -c "$run_dir_checks_preamble
+$(cat)" "$1" "$2"
+}
+
+wait_steps() {  # ID RUN_DIR N: until job ID has logged N steps in RUN_DIR/metrics.jsonl
+  local id=$1 dir=$2 want=$3 steps state
+  while :; do
+    steps=$(grep -c '"step"' "$dir/metrics.jsonl" 2>/dev/null || true)
+    [ "${steps:-0}" -ge "$want" ] && return 0
+    state=$(job_field "$id" JobState)
+    case "$state" in RUNNING|PENDING|CONFIGURING) ;; *) fail "job $id is $state before it was signalled" ;; esac
+    [ "$(date +%s)" -lt "$deadline" ] || fail "deadline passed waiting for steps of job $id"
+    sleep 0.5
+  done
+}
+
 # A ddp-strategy training job of 40 steps (--save-steps 0) gets SIGUSR1 on its steps (scancel
 # --signal=USR1, what SLURM's --signal=USR1@120 does) after 3 steps: it must checkpoint, exit 75,
 # requeue itself, resume (resumed_from_step > 0) and finish at step 40 as the same job.
 check_preemption() {  # JOB RANKS [jobs/submit.sh options]
-  local job=$1 ranks=$2 long dir steps state
+  local job=$1 ranks=$2 long dir state
   shift 2
   long=$(submit "$job" "$@" -- --max-steps 40 --save-steps 0 --batch-size 8 --logging-steps 1 --collective-timeout 120) || exit 1
   dir=$results/$job-ddp-${ranks}r-$long
   say "preemption: $job job $long (40 steps); waiting for 3 steps in $dir/metrics.jsonl"
-  while :; do
-    steps=$(grep -c '"step"' "$dir/metrics.jsonl" 2>/dev/null || true)
-    [ "${steps:-0}" -ge 3 ] && break
-    state=$(job_field "$long" JobState)
-    case "$state" in RUNNING|PENDING|CONFIGURING) ;; *) fail "job $long is $state before it was signalled" ;; esac
-    [ "$(date +%s)" -lt "$deadline" ] || fail "deadline passed waiting for steps of job $long"
-    sleep 0.5
-  done
-  say "preemption: $steps steps done; scancel --signal=USR1 $long"
+  wait_steps "$long" "$dir" 3 || exit 1
+  say "preemption: 3 steps done; scancel --signal=USR1 $long"
   scancel --signal=USR1 "$long" || fail "scancel --signal=USR1 $long failed"
   state=$(wait_done "$long" 1) || exit 1
   [ "$state" = COMPLETED ] || fail "preempted job $long ended $state (exit code $(job_field "$long" ExitCode))"
@@ -206,14 +225,7 @@ check_preemption() {  # JOB RANKS [jobs/submit.sh options]
   grep -q "requeueing job $long" "$dir/job.log" || fail "job.log does not show the requeue"
   grep -q "attempt 2" "$dir/job.log" || fail "job.log does not show a second attempt"
   grep -q "resumed from .*checkpoint-" "$dir/job.log" || fail "job.log does not show the resume"
-  "$python" - "$dir" "$long" <<'EOF' || fail "preemption checks of $dir failed"
-import json, sys, os
-d, job_id = sys.argv[1], sys.argv[2]
-r = json.load(open(os.path.join(d, "results.json")))
-j = json.load(open(os.path.join(d, "job.json")))
-problems = []
-def expect(what, ok):
-    if not ok: problems.append(what)
+  check_run_dir "$dir" "$long" <<'EOF' || fail "preemption checks of $dir failed"
 expect(f"resumed_from_step {r['resumed_from_step']} > 0", r["resumed_from_step"] > 0)
 expect(f"global_step {r['global_step']} == 40", r["global_step"] == 40)
 expect(f"preempted {r['preempted']} is false at the end", r["preempted"] is False)

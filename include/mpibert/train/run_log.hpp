@@ -49,7 +49,8 @@ class RunLog {
   // Reads the kept steps' values from the device (one wait), averages the losses over the ranks,
   // writes their lines and scalars; returns them in step order.
   std::vector<LoggedStep> flush_steps();
-  void add_evaluation(int64_t step, const EvalResult& result);
+  // `epoch`: epochs done at `step` (fractional), as the training lines and HF's log_history give it.
+  void add_evaluation(int64_t step, double epoch, const EvalResult& result);
   // Makes the TensorBoard events visible to a running TensorBoard.
   void flush_tensorboard();
   void write_results(const nlohmann::ordered_json& results) const;
