@@ -9,7 +9,7 @@
 #   bench/memory_by_strategy.sh            # about 10 minutes on 2 cores
 # Settings (environment): RANKS "1 2 3", STRATEGIES "ddp zero1 zero2 fsdp", STEPS 2, BATCH 2 (per
 # rank, padded to 384), WORK build/bench-memory, MPIBERT build/bin/mpibert (copied into WORK first),
-# OUT (also write the table there).
+# OUT (also write the table there: a file, or a folder for OUT/bert-base.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -59,6 +59,8 @@ for ranks in map(int, ranks_list):
 table = "\n".join(rows) + "\n"
 print(table, end="")
 if out:
+    if os.path.isdir(out):
+        out = os.path.join(out, "bert-base.md")
     with open(out, "w") as f:
         f.write(table)
 PY

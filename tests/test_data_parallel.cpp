@@ -395,7 +395,9 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
   const auto names = make_model(tiny_config(), 1)->named_parameters().keys();
   const auto& mine = results[GetParam()];
   for (size_t k = 0; k < mine.size(); ++k) {
-    if (GetParam() == Strategy::kZero2) EXPECT_TRUE(torch::equal(mine[k], results[Strategy::kZero1][k])) << names[k];
+    if (GetParam() == Strategy::kZero2) {
+      EXPECT_TRUE(torch::equal(mine[k], results[Strategy::kZero1][k])) << names[k];
+    }
     if (test::has_zero_true_gradient(names[k], tiny_config().num_hidden_layers)) continue;
     EXPECT_TRUE(torch::allclose(mine[k], results[Strategy::kDdp][k], 1e-4, 1e-5)) << names[k];
   }
@@ -433,6 +435,47 @@ TEST_F(DataParallelTest, FsdpHoldsItsSlicesOnlyAndGathersEveryMicroBatch) {
     EXPECT_TRUE(same_on_every_rank(parameter_sums(model), "parameter sums"));
   }
   EXPECT_EQ(parallel.memory_footprint().parameters, slice_bytes);
+}
+
+// zero2 holds a bucket's full gradient only from its first gradient of the step to the end of its
+// reduce-scatter: when backward's first gradient arrives, that parameter's bucket is there and no
+// other; between steps only the slices are.
+TEST_F(DataParallelTest, Zero2AllocatesABucketsFullGradientWhenItsFirstGradientArrives) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, {}, options_for(Strategy::kZero2, 40, 100));
+  parallel.broadcast_parameters();
+  const auto buckets = parallel.bucket_layout();
+  ASSERT_GE(buckets.size(), 3u);
+  int64_t slice_bytes = 0;
+  for (const auto& bucket : buckets) slice_bytes += bucket.numel / size_ * 4;
+  auto bucket_bytes_of = [&](const std::string& name) {
+    for (const auto& bucket : buckets)
+      if (std::find(bucket.parameters.begin(), bucket.parameters.end(), name) != bucket.parameters.end()) return bucket.numel * 4;
+    return int64_t{-1};
+  };
+  // Registered after DataParallel's own hooks, so each runs after the bucket was allocated.
+  std::string first_name;
+  int64_t held_at_first = -1;
+  for (const auto& item : model->named_parameters()) {
+    const std::string name = item.key();
+    item.value().register_hook([&, name](const torch::Tensor&) {
+      if (!first_name.empty()) return;
+      first_name = name;
+      held_at_first = parallel.memory_footprint().gradients;
+    });
+  }
+  for (int step = 0; step < 2; ++step) {
+    first_name.clear();
+    parallel.begin_backward(/*synchronize=*/true);
+    EXPECT_EQ(parallel.memory_footprint().gradients, slice_bytes) << "before backward, step " << step;
+    qa_backward(model, rank_, step);
+    EXPECT_FALSE(first_name.empty());
+    EXPECT_EQ(held_at_first, slice_bytes + bucket_bytes_of(first_name)) << first_name << ", step " << step;
+    parallel.finish_gradient_sync();
+    parallel.clip_and_step(1.0, 1e-3);
+    parallel.zero_grad();
+    EXPECT_EQ(parallel.memory_footprint().gradients, slice_bytes) << "after step " << step;
+  }
 }
 
 }  // namespace

@@ -943,19 +943,22 @@ def write_check(measured, out, plot=True):
 # ----------------------------------------------------------------------------------------
 # Memory per GPU
 
-def state_bytes_per_param(strategy, p, at_backward_start=False):
+def state_bytes_per_param(strategy, p):
     """(parameters, gradients, optimizer state) bytes per parameter a rank holds, fp32 + AdamW, as
     DataParallel allocates them. zero1 keeps the full gradient buckets and its reduced slices;
-    zero2 frees a bucket's full gradient after its reduce-scatter but allocates all of them again in
-    begin_backward (after forward, when the activations peak): at that moment it holds what zero1
-    does. fsdp holds slices only; its whole units in flight are counted apart (units_in_flight)."""
+    zero2 holds a bucket's full gradient only from its first gradient to the end of its
+    reduce-scatter (ZERO2_BUCKETS_IN_FLIGHT during backward). fsdp holds slices only; its whole units
+    in flight are counted apart (units_in_flight)."""
     if p <= 1:
         return 4.0, 4.0, 8.0
-    params, grads, optimizer = {"ddp": (4.0, 4.0, 8.0), "zero1": (4.0, 4.0 + 4 / p, 8 / p),
-                                "zero2": (4.0, 4 / p, 8 / p), "fsdp": (4 / p, 4 / p, 8 / p)}[strategy]
-    if strategy == "zero2" and at_backward_start:
-        grads += 4.0
-    return params, grads, optimizer
+    return {"ddp": (4.0, 4.0, 8.0), "zero1": (4.0, 4.0 + 4 / p, 8 / p),
+            "zero2": (4.0, 4 / p, 8 / p), "fsdp": (4 / p, 4 / p, 8 / p)}[strategy]
+
+
+# zero2 during backward: full gradient buckets between their first gradient and the end of their
+# reduce-scatter. At most one being filled and one being reduced (of 25 MiB, as projected): where
+# backward starts, when the activations are at their peak, only the first (1 MiB) is there.
+ZERO2_BUCKETS_IN_FLIGHT = 2 * 25 * MIB
 
 
 def held_between_steps(config, strategy, world, bucket_mb):
@@ -1020,10 +1023,11 @@ def peak_candidates(config, strategy, p, seq_len, precision):
     """The moments that can hold the most, as (activation bytes per sample, model state, saved weight
     copies, fsdp's units in flight): the start of backward (model state as then held, everything the
     forward saved); fsdp: each position u of the backward (units 0..u still saved, units in flight)."""
-    state = sum(state_bytes_per_param(strategy, p, at_backward_start=True)) * total_params(config)
+    state = sum(state_bytes_per_param(strategy, p)) * total_params(config)
     saved = saved_bytes_per_unit(config, precision, seq_len)
     if strategy != "fsdp":
-        return [(sum(a for a, _ in saved), state, sum(c for _, c in saved), 0)]
+        flight = ZERO2_BUCKETS_IN_FLIGHT if strategy == "zero2" and p > 1 else 0
+        return [(sum(a for a, _ in saved), state, sum(c for _, c in saved), flight)]
     units = build_units(parameter_list(config), p, config["num_hidden_layers"])
     return [(sum(a for a, _ in saved[:u + 1]), state, sum(c for _, c in saved[:u + 1]), units_in_flight(units, u))
             for u in range(len(units))]
@@ -1332,18 +1336,20 @@ def memory_inputs(raw, configs):
     """What the peak is made of, per model and precision."""
     seq_len = raw["workload"]["seq_len"]
     lines = [f"| model | precision | activations per sample of {seq_len} tokens (MB) | saved weight copies (MB) | "
-             "state at the start of backward, GB per GPU at 8 / 512 GPUs: ddp | zero1 = zero2 | fsdp (+ units in flight) |",
-             "| --- | --- | ---: | ---: | --- | --- | --- |"]
+             "state at the start of backward, GB per GPU at 8 / 512 GPUs: ddp | zero1 | zero2 (+ buckets in flight) | "
+             "fsdp (+ units in flight) |",
+             "| --- | --- | ---: | ---: | --- | --- | --- | --- |"]
     for model, config in configs.items():
         n = total_params(config)
         units = build_units(parameter_list(config), 8, config["num_hidden_layers"])
         in_flight = max(units_in_flight(units, u) for u in range(len(units))) / 1e9
         for precision in PRECISIONS:
             saved = saved_bytes_per_unit(config, precision, seq_len)
-            state = [" / ".join(f"{sum(state_bytes_per_param(s, p, True)) * n / 1e9:.2f}" for p in (8, 512))
-                     for s in ("ddp", "zero2", "fsdp")]
+            state = [" / ".join(f"{sum(state_bytes_per_param(s, p)) * n / 1e9:.2f}" for p in (8, 512))
+                     for s in ("ddp", "zero1", "zero2", "fsdp")]
             lines.append(f"| {model} | {precision} | {sum(a for a, _ in saved) / 1e6:.1f} | {sum(c for _, c in saved) / 1e6:.0f} | "
-                         f"{state[0]} | {state[1]} | {state[2]} (+ at most {in_flight:.2f}) |")
+                         f"{state[0]} | {state[1]} | {state[2]} (+ at most {ZERO2_BUCKETS_IN_FLIGHT / 1e9:.2f}) | "
+                         f"{state[3]} (+ at most {in_flight:.2f}) |")
     return lines
 
 
@@ -1478,9 +1484,9 @@ The largest batch per GPU (sequences of 384) whose peak fits in (memory - reserv
 fragmentation), both ASSUMPTIONS in `clusters.json`. The peak is at the start of backward (fsdp: the
 largest over the backward's position), the sum of:
 - model state, fp32 + AdamW, bytes per parameter: ddp 16; zero1 4 + 4 + 12/p (the full gradient buckets
-  and its reduced slices); zero2 4 + 12/p between steps, but mpibert's `begin_backward` allocates every
-  bucket's full gradient again right after forward, when the activations peak, so at the peak it holds
-  zero1's 8 + 12/p; fsdp 16/p, plus the units in flight (the unit in backward, its parameters and
+  and its reduced slices); zero2 4 + 12/p, plus the gradient buckets in flight (a bucket's full
+  gradient exists from its first gradient to the end of its reduce-scatter: counted as two 25 MiB
+  buckets); fsdp 16/p, plus the units in flight (the unit in backward, its parameters and
   gradients whole, the one before it being gathered, the gradients of the one after it being
   reduce-scattered);
 - activations autograd saves, per token and encoder layer, e = 2 bytes (bf16 autocast) or 4 (fp32):

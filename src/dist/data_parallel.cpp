@@ -161,6 +161,9 @@ void DataParallel::Impl::build_shards(const AdamWOptions& adam) {
 
 void DataParallel::Impl::install_hooks() {
   for (size_t k = 0; k < parameters.size(); ++k) {
+    // A hook on a leaf runs before its gradient is accumulated into .grad, the bucket's view.
+    if (options.strategy == Strategy::kZero2)
+      parameters[k].register_hook([this, k](const torch::Tensor&) { allocate_bucket_gradients(k); });
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters[k]);
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
@@ -195,6 +198,16 @@ void DataParallel::Impl::gradient_ready(size_t parameter) {
   mark_ready(PlannedCollective::kReduce, g);
 }
 
+// Not before backward: the buckets backward fills first (the last layers') are reduce-scattered
+// and freed before those of the first layers are needed, so a rank never holds all of them.
+void DataParallel::Impl::allocate_bucket_gradients(size_t parameter) {
+  FlatGroup& bucket = groups[group_of[parameter]];
+  if (storage_allocated(bucket.grads)) return;
+  torch::NoGradGuard no_grad;
+  allocate_storage(bucket.grads);
+  bucket.grads.zero_();
+}
+
 void DataParallel::Impl::mark_ready(PlannedCollective::Kind kind, size_t group) {
   for (size_t i = 0; i < plan.size(); ++i) {
     if (plan[i].kind != kind || plan[i].group != group) continue;
@@ -221,7 +234,7 @@ void DataParallel::Impl::issue(const PlannedCollective& collective) {
 void DataParallel::Impl::reduce(size_t g) {
   FlatGroup& group = groups[g];
   torch::NoGradGuard no_grad;
-  if (!storage_allocated(group.grads)) {  // fsdp: a unit backward never reached this time
+  if (!storage_allocated(group.grads)) {  // no gradient reached the group this time (fsdp, zero2)
     allocate_storage(group.grads);
     group.grads.zero_();
   }
@@ -316,6 +329,8 @@ DataParallel::DataParallel(BertForQuestionAnswering& model, std::shared_ptr<Comm
     model->set_unit_hooks(d.unit_hooks.get());
     for (FlatGroup& unit : d.groups) release_storage(unit.grads);  // allocated when the unit's backward starts
   }
+  if (options.strategy == Strategy::kZero2)
+    for (FlatGroup& bucket : d.groups) release_storage(bucket.grads);  // allocated when its first gradient arrives
   int64_t bytes = 0;
   for (const FlatGroup& group : d.groups) bytes += group.numel * group.grads.element_size();
   spdlog::info("{} over {} ranks ({}): {} {}, {:.1f} MiB; optimizer state {:.1f} MiB on this rank", strategy_name(options.strategy),
@@ -367,14 +382,6 @@ void DataParallel::begin_backward(bool synchronize) {
     synchronize = true;                      // see the header: fsdp reduces every micro-batch
   }
   d.synchronizing = synchronize;
-  torch::NoGradGuard no_grad;
-  if (d.options.strategy == Strategy::kZero2) {
-    for (FlatGroup& bucket : d.groups) {
-      if (storage_allocated(bucket.grads)) continue;
-      allocate_storage(bucket.grads);  // the step's first backward: fresh full gradients
-      bucket.grads.zero_();
-    }
-  }
   if (!synchronize) return;
   d.plan_backward();
   for (FlatGroup& group : d.groups) {

@@ -90,6 +90,8 @@ struct DataParallel::Impl {
   // Backward: the plan, gradients reported ready, collectives issued in plan order.
   void plan_backward();
   void gradient_ready(size_t parameter);
+  // zero2: the bucket's full gradient buffer, allocated (zeroed) when its first gradient arrives.
+  void allocate_bucket_gradients(size_t parameter);
   void mark_ready(PlannedCollective::Kind kind, size_t group);
   void issue_ready();
   void issue(const PlannedCollective& collective);

@@ -13,9 +13,9 @@
 //   zero1  ZeRO stage 1: the bucket is reduce-scattered, each rank keeps AdamW state for its
 //          1/N slice of every bucket only, updates that slice, and the parameters are
 //          all-gathered back. Same arithmetic as ddp, 1/N of the optimizer memory.
-//   zero2  ZeRO stage 2: as zero1, and a bucket's full-size gradient buffer is freed as soon as
-//          its reduce-scatter is done (allocated again at the next step's first backward): between
-//          steps a rank holds only its 1/N gradient slices.
+//   zero2  ZeRO stage 2: as zero1, and a bucket's full-size gradient buffer exists only from its
+//          first gradient of the step to its reduce-scatter's end: between steps a rank holds only
+//          its 1/N gradient slices, and during backward only the buckets not yet reduced.
 //   fsdp   FSDP FULL_SHARD / ZeRO stage 3: the groups are the model's units (UnitHooks), and a
 //          rank holds only its 1/N slice of each unit's parameters. A unit is all-gathered just
 //          before its forward (the next unit's gather prefetched) and freed after it (the last
