@@ -184,8 +184,8 @@ mpibert_run_dir() {  # NAME (default run name)
 # A requeued job that now has another number of ranks: the run directory of its earlier attempts
 # (the same job id and job, any number of ranks), where its checkpoints are.
 mpibert__earlier_attempt_dir() {  # NAME (JOB-STRATEGY-RANKSr-JOBID)
-  local pattern dirs=()
-  pattern=$(sed -E 's/-[0-9]+r-([^-]+)$/-*r-\1/' <<< "$1")
+  local pattern d dirs=()
+  pattern=$(sed -E 's/-[0-9]+r-([^-]+)$/-[0-9]*r-\1/' <<< "$1")
   for d in "$RESULTS_DIR"/$pattern; do [ -d "$d" ] && dirs+=("$d"); done
   [ ${#dirs[@]} -le 1 ] || mpibert__die "job $MPIBERT_JOB_ID has several run directories (${dirs[*]}): set RUN_NAME"
   if [ ${#dirs[@]} -eq 1 ]; then
@@ -195,12 +195,18 @@ mpibert__earlier_attempt_dir() {  # NAME (JOB-STRATEGY-RANKSr-JOBID)
 }
 
 # GLOBAL_BATCH (site): the per-rank --batch-size that keeps that global batch on RANKS ranks (with
-# the job's --gradient-accumulation), so that a job that gets another number of nodes, a requeued
-# one included, trains with the same global batch and schedule.
+# the job's gradient accumulation: its options, else CONFIG's), so that a job that gets another
+# number of nodes, a requeued one included, trains with the same global batch and schedule.
 mpibert__batch_for_global() {  # RANKS ARGS...
-  local ranks=$1 accumulation
+  local ranks=$1 accumulation config
   shift
   accumulation=$(mpibert__opt_value --gradient-accumulation "$@")
+  [ -n "$accumulation" ] || accumulation=$(mpibert__opt_value --gradient_accumulation_steps "$@")
+  config=$(mpibert__opt_value --config "$@")
+  config=${config:-${CONFIG:-}}
+  if [ -z "$accumulation" ] && [ -f "$config" ]; then
+    accumulation=$(sed -nE 's/^[[:space:]]*gradient-accumulation[[:space:]]*=[[:space:]]*([0-9]+).*/\1/p' "$config" | tail -n 1)
+  fi
   accumulation=${accumulation:-1}
   [[ "$GLOBAL_BATCH" =~ ^[1-9][0-9]*$ ]] || mpibert__die "GLOBAL_BATCH=$GLOBAL_BATCH is not a positive count"
   (( GLOBAL_BATCH % (ranks * accumulation) == 0 )) ||
@@ -369,6 +375,12 @@ mpibert_train_job() {
 
   local ranks
   if [ "$MPIBERT_SCHEDULER" = slurm ]; then ranks=$(mpibert__slurm_ranks); else ranks=${RANKS:-1}; fi
+  # Before the run directory: a global batch the ranks do not divide ends the job here.
+  local per_rank=""
+  if [ -n "${GLOBAL_BATCH:-}" ] && ! mpibert__has_opt --batch-size "${user_args[@]}" &&
+     ! mpibert__has_opt --per_device_train_batch_size "${user_args[@]}"; then
+    per_rank=$(mpibert__batch_for_global "$ranks" "${user_args[@]}") || return 1
+  fi
   mpibert_identity "$job" "$ranks"
   mpibert_run_dir "$job-$strategy-${ranks}r-$MPIBERT_JOB_ID"
   mpibert_launcher "$ranks"
@@ -385,11 +397,7 @@ mpibert_train_job() {
   fi
   mpibert__has_opt --vocab "${user_args[@]}" || args+=(--vocab "$VOCAB")
   mpibert__has_opt --threads "${user_args[@]}" || args+=(--threads "$THREADS")
-  if [ -n "$GLOBAL_BATCH" ] && ! mpibert__has_opt --batch-size "${user_args[@]}"; then
-    local per_rank
-    per_rank=$(mpibert__batch_for_global "$ranks" "${user_args[@]}") || return 1
-    args+=(--batch-size "$per_rank")
-  fi
+  [ -z "$per_rank" ] || args+=(--batch-size "$per_rank")
   # DEVICE=gpu: each rank its node-local GPU (an error where there is none); cpu: the CPU.
   mpibert__has_opt --device "${user_args[@]}" || if [ "$DEVICE" = cpu ]; then args+=(--device cpu); else args+=(--device cuda); fi
   mpibert__has_opt --strategy "${user_args[@]}" || args+=(--strategy "$strategy")
@@ -423,7 +431,7 @@ mpibert_prep_job() {
   if [ $# -gt 0 ] && [[ "$1" != -?* ]]; then eval_input=$1; shift; fi
   [ -n "$train_input$eval_input" ] || mpibert__die "prep: no input: give TRAIN.json [EVAL.json] (or PREP_TRAIN_INPUT/PREP_EVAL_INPUT)"
   local ranks
-  if [ "$MPIBERT_SCHEDULER" = slurm ]; then ranks=${SLURM_NTASKS:-1}; else ranks=${RANKS:-2}; fi
+  if [ "$MPIBERT_SCHEDULER" = slurm ]; then ranks=$(mpibert__slurm_ranks); else ranks=${RANKS:-2}; fi
   MPIBERT_STRATEGY=
   mpibert_identity prep "$ranks"
   mpibert_run_dir "prep-${ranks}r-$MPIBERT_JOB_ID"

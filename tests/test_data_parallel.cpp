@@ -6,10 +6,13 @@
 // Every rank runs every collective unconditionally (EXPECT, not ASSERT, between collectives), so a
 // failed check on one rank does not leave the ranks out of step for the tests that follow.
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -437,15 +440,28 @@ TEST_F(DataParallelTest, FsdpHoldsItsSlicesOnlyAndGathersEveryMicroBatch) {
   EXPECT_EQ(parallel.memory_footprint().parameters, slice_bytes);
 }
 
+// Calls a function before a parameter's gradient is accumulated.
+class BeforeAccumulation : public torch::autograd::FunctionPreHook {
+ public:
+  explicit BeforeAccumulation(std::function<void()> call) : call_(std::move(call)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    call_();
+    return grads;
+  }
+
+ private:
+  std::function<void()> call_;
+};
+
 // zero2 holds a bucket's full gradient only from its first gradient of the step to the end of its
 // reduce-scatter: when backward's first gradient arrives, that parameter's bucket is there and no
 // other; between steps only the slices are.
 TEST_F(DataParallelTest, Zero2AllocatesABucketsFullGradientWhenItsFirstGradientArrives) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
   DataParallel parallel(model, communicator_, {}, options_for(Strategy::kZero2, 40, 100));
-  parallel.broadcast_parameters();
   const auto buckets = parallel.bucket_layout();
-  ASSERT_GE(buckets.size(), 3u);
+  ASSERT_GE(buckets.size(), 3u);  // the same on every rank, before any collective
+  parallel.broadcast_parameters();
   int64_t slice_bytes = 0;
   for (const auto& bucket : buckets) slice_bytes += bucket.numel / size_ * 4;
   auto bucket_bytes_of = [&](const std::string& name) {
@@ -453,16 +469,17 @@ TEST_F(DataParallelTest, Zero2AllocatesABucketsFullGradientWhenItsFirstGradientA
       if (std::find(bucket.parameters.begin(), bucket.parameters.end(), name) != bucket.parameters.end()) return bucket.numel * 4;
     return int64_t{-1};
   };
-  // Registered after DataParallel's own hooks, so each runs after the bucket was allocated.
+  // Pre-hooks of the gradient accumulators, added after DataParallel's: each runs once the bucket
+  // was allocated, before the gradient is accumulated and reported ready.
   std::string first_name;
   int64_t held_at_first = -1;
   for (const auto& item : model->named_parameters()) {
     const std::string name = item.key();
-    item.value().register_hook([&, name](const torch::Tensor&) {
+    torch::autograd::impl::grad_accumulator(item.value())->add_pre_hook(std::make_unique<BeforeAccumulation>([&, name] {
       if (!first_name.empty()) return;
       first_name = name;
       held_at_first = parallel.memory_footprint().gradients;
-    });
+    }));
   }
   for (int step = 0; step < 2; ++step) {
     first_name.clear();

@@ -1,11 +1,13 @@
 #include "mpibert/dist/data_parallel.hpp"
 
 #include <spdlog/spdlog.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "data_parallel_impl.hpp"
@@ -47,9 +49,33 @@ void allocate_storage(const torch::Tensor& flat) {
 
 bool storage_allocated(const torch::Tensor& flat) { return flat.storage().nbytes() > 0; }
 
+void allocate_zeroed_if_released(const torch::Tensor& flat) {
+  if (storage_allocated(flat)) return;
+  torch::NoGradGuard no_grad;
+  allocate_storage(flat);
+  flat.zero_();
+}
+
 int64_t storage_bytes(const torch::Tensor& tensor) {
   return tensor.defined() ? static_cast<int64_t>(tensor.storage().nbytes()) : 0;
 }
+
+namespace {
+
+// An autograd pre-hook that calls `before` and passes the gradients on unchanged.
+class CallBeforeAccumulation : public torch::autograd::FunctionPreHook {
+ public:
+  explicit CallBeforeAccumulation(std::function<void()> before) : before_(std::move(before)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    before_();
+    return grads;
+  }
+
+ private:
+  std::function<void()> before_;
+};
+
+}  // namespace
 
 // Adds the timings of the finished reductions (all of them with `wait`) to the statistics.
 void DataParallel::Impl::account(bool wait) {
@@ -161,10 +187,11 @@ void DataParallel::Impl::build_shards(const AdamWOptions& adam) {
 
 void DataParallel::Impl::install_hooks() {
   for (size_t k = 0; k < parameters.size(); ++k) {
-    // A hook on a leaf runs before its gradient is accumulated into .grad, the bucket's view.
-    if (options.strategy == Strategy::kZero2)
-      parameters[k].register_hook([this, k](const torch::Tensor&) { allocate_bucket_gradients(k); });
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters[k]);
+    // A pre-hook runs before the gradient is accumulated into .grad, the bucket's view. On the
+    // accumulator (held here), not the parameter, so that it goes with this DataParallel.
+    if (options.strategy == Strategy::kZero2)
+      accumulator->add_pre_hook(std::make_unique<CallBeforeAccumulation>([this, k] { allocate_bucket_gradients(k); }));
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           gradient_ready(k);
@@ -201,11 +228,7 @@ void DataParallel::Impl::gradient_ready(size_t parameter) {
 // Not before backward: the buckets backward fills first (the last layers') are reduce-scattered
 // and freed before those of the first layers are needed, so a rank never holds all of them.
 void DataParallel::Impl::allocate_bucket_gradients(size_t parameter) {
-  FlatGroup& bucket = groups[group_of[parameter]];
-  if (storage_allocated(bucket.grads)) return;
-  torch::NoGradGuard no_grad;
-  allocate_storage(bucket.grads);
-  bucket.grads.zero_();
+  allocate_zeroed_if_released(groups[group_of[parameter]].grads);
 }
 
 void DataParallel::Impl::mark_ready(PlannedCollective::Kind kind, size_t group) {
@@ -234,10 +257,7 @@ void DataParallel::Impl::issue(const PlannedCollective& collective) {
 void DataParallel::Impl::reduce(size_t g) {
   FlatGroup& group = groups[g];
   torch::NoGradGuard no_grad;
-  if (!storage_allocated(group.grads)) {  // no gradient reached the group this time (fsdp, zero2)
-    allocate_storage(group.grads);
-    group.grads.zero_();
-  }
+  allocate_zeroed_if_released(group.grads);  // no gradient reached the group this time (fsdp, zero2)
   group.grads.div_(world);  // average as DDP does: divide, then sum
   if (options.strategy == Strategy::kDdp) {
     group.reduction = communicator->all_reduce_sum(group.grads, "all-reduce of " + group.what);

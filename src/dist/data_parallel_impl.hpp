@@ -19,6 +19,8 @@ namespace mpibert {
 void release_storage(const torch::Tensor& flat);
 void allocate_storage(const torch::Tensor& flat);  // uninitialized
 bool storage_allocated(const torch::Tensor& flat);
+// A released gradient buffer allocated again, zeroed (it is accumulated into); kept if allocated.
+void allocate_zeroed_if_released(const torch::Tensor& flat);
 int64_t storage_bytes(const torch::Tensor& tensor);  // 0 for an undefined tensor
 
 // A bucket (ddp, zero1, zero2) or a unit of the model (fsdp): parameters laid out in one flat

@@ -47,11 +47,7 @@ void DataParallel::Impl::begin_unit_backward(size_t u) {
   if (whole_model) return;
   gather_in_backward(u);
   FlatGroup& unit = groups[u];
-  if (!storage_allocated(unit.grads)) {
-    torch::NoGradGuard no_grad;
-    allocate_storage(unit.grads);
-    unit.grads.zero_();
-  }
+  allocate_zeroed_if_released(unit.grads);
   if (u > 0) mark_ready(PlannedCollective::kGather, u - 1);
 }
 

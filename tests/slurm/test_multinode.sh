@@ -79,6 +79,12 @@ until [ "$(job_field "$id" JobState)" = PENDING ] && [ "$(job_field "$id" Restar
 done
 scontrol update JobId="$id" NumNodes=1 NumTasks=1 || fail "cannot move the requeued job $id onto one node"
 say "node count: job $id requeued, moved onto one node"
+# Until it starts: its pending reason names the drained h2 until the scheduler looks at it again,
+# which wait_done would take for a reason that never clears.
+until [ "$(job_field "$id" JobState)" != PENDING ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "job $id did not start on one node: $(job_field "$id" Reason)"
+  sleep 0.5
+done
 state=$(wait_done "$id" 1) || exit 1
 scontrol update NodeName=h2 State=RESUME || fail "cannot resume h2"
 [ "$state" = COMPLETED ] || fail "job $id, requeued onto one node, ended $state (exit code $(job_field "$id" ExitCode))"

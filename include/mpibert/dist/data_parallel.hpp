@@ -15,7 +15,9 @@
 //          all-gathered back. Same arithmetic as ddp, 1/N of the optimizer memory.
 //   zero2  ZeRO stage 2: as zero1, and a bucket's full-size gradient buffer exists only from its
 //          first gradient of the step to its reduce-scatter's end: between steps a rank holds only
-//          its 1/N gradient slices, and during backward only the buckets not yet reduced.
+//          its 1/N gradient slices, and during a backward without accumulation only the buckets
+//          not yet reduced (with accumulation, those the first micro-batch filled stay until the
+//          last one's reduce-scatter).
 //   fsdp   FSDP FULL_SHARD / ZeRO stage 3: the groups are the model's units (UnitHooks), and a
 //          rank holds only its 1/N slice of each unit's parameters. A unit is all-gathered just
 //          before its forward (the next unit's gather prefetched) and freed after it (the last
