@@ -61,6 +61,25 @@ TEST_F(BatchLoading, DeliversEveryMicroBatchOfTheOrderFromAnyStart) {
   }
 }
 
+// The work a batch holds without its padding: the sum of its features' lengths and of their squares
+// (what the model FLOPs count: model/flops.hpp), whatever the padding.
+TEST_F(BatchLoading, CountsTheRealTokensAndTheirPairs) {
+  const std::vector<int64_t> order = shuffled_order();
+  const std::vector<int64_t> indices(order.begin(), order.begin() + 7);
+  int64_t tokens = 0, pairs = 0;
+  for (int64_t f : indices) {
+    const int64_t length = store_->feature(f).length;
+    tokens += length;
+    pairs += length * length;
+  }
+  for (Padding padding : {Padding::kDynamic, Padding::kFull}) {
+    const Batch batch = make_batch(*store_, indices, padding);
+    EXPECT_EQ(batch.real_tokens, tokens);
+    EXPECT_EQ(batch.real_token_pairs, pairs);
+    EXPECT_EQ(batch.attention_mask.sum().item<int64_t>(), tokens);
+  }
+}
+
 TEST_F(BatchLoading, DestroyedMidEpochJoinsItsHelper) {
   for (int round = 0; round < 20; ++round) {
     BatchLoader loader(*store_, shuffled_order(), 2, 0, Padding::kFull, torch::kCPU);

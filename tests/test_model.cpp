@@ -7,6 +7,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/safetensors.hpp"
 #include "test_support.hpp"
@@ -88,6 +89,21 @@ TEST(ModelShape, BertBaseHasTheExactParameterCount) {
   BertForQuestionAnswering model(base);
   EXPECT_EQ(count_parameters(*model), 108893186);
   EXPECT_EQ(model->named_parameters().size(), 199u);
+}
+
+// Training FLOPs per token: 6 x the weights of the matrix products, which are the model's 2-D
+// parameters outside the embedding tables; attention: 12 x layers x hidden per pair of tokens.
+TEST(ModelFlops, SixTimesTheMatrixWeightsAndTheAttentionPairs) {
+  for (const BertConfig& config : {BertConfig(), BertConfig::preset("small")}) {
+    BertForQuestionAnswering model(config);
+    int64_t matrix_weights = 0;
+    for (const auto& item : model->named_parameters())
+      if (item.value().dim() == 2 && item.key().find("embeddings") == std::string::npos) matrix_weights += item.value().numel();
+    const TrainingFlops flops = bert_qa_training_flops(config);
+    EXPECT_DOUBLE_EQ(flops.per_token, 6.0 * static_cast<double>(matrix_weights));
+    EXPECT_DOUBLE_EQ(flops.per_token_pair, 12.0 * static_cast<double>(config.num_hidden_layers * config.hidden_size));
+    EXPECT_DOUBLE_EQ(flops.of(10, 100), 10 * flops.per_token + 100 * flops.per_token_pair);
+  }
 }
 
 TEST(ModelInit, FollowsHuggingFace) {

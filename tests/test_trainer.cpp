@@ -9,6 +9,8 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/data/shards.hpp"
+#include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/safetensors.hpp"
 #include "mpibert/train/tensorboard.hpp"
@@ -49,6 +51,26 @@ class Trainer : public ::testing::Test {
     return o;
   }
 
+  // Whole epochs see every feature equally often: the model FLOPs per sample are the features'
+  // mean on their real lengths (model/flops.hpp); MFU is the achieved rate over the measured one.
+  void expect_utilization_of_whole_epochs(const nlohmann::ordered_json& results) const {
+    const FeatureStore store = FeatureStore::open(data_->file("train"));
+    const TrainingFlops flops = bert_qa_training_flops(BertConfig::load(data_->file("config.json")));
+    double mean = 0;
+    for (int64_t f = 0; f < store.num_features(); ++f) {
+      const int64_t length = store.feature(f).length;
+      mean += flops.of(length, length * length) / static_cast<double>(store.num_features());
+    }
+    const auto& utilization = results["utilization"];
+    const double per_sample = utilization["model_flops_per_sample"], achieved = utilization["model_flops_per_second"];
+    const double matmul_rate = utilization["matmul_flops_per_second"];
+    EXPECT_NEAR(per_sample, mean, 1e-9 * mean);
+    EXPECT_NEAR(achieved, per_sample * results["train_step_samples_per_second"].get<double>(), 1e-9 * achieved);
+    EXPECT_GT(matmul_rate, 1e8);  // any CPU of this century
+    EXPECT_EQ(utilization["matmul_dtype"], "float32");
+    EXPECT_DOUBLE_EQ(utilization["mfu"].get<double>(), achieved / matmul_rate);
+  }
+
   static test::TempDir* data_;
 };
 test::TempDir* Trainer::data_ = nullptr;
@@ -65,6 +87,7 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
                           "eval_samples_per_second", "phase_seconds", "environment", "parameters"})
     EXPECT_TRUE(results.contains(key)) << key;
   EXPECT_EQ(results["epoch"], 2.0);
+  expect_utilization_of_whole_epochs(results);
   const int64_t steps = results["global_step"];
   EXPECT_EQ(results, nlohmann::ordered_json::parse(read_file(run.file("results.json"))));
   EXPECT_EQ(results["environment"]["devices"]["type"], torch::cuda::is_available() ? "cuda" : "cpu");  // --device auto

@@ -40,6 +40,7 @@ Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_
     starts[row] = feature.start_position;
     ends[row] = feature.end_position;
     batch.real_tokens += feature.length;
+    batch.real_token_pairs += static_cast<int64_t>(feature.length) * feature.length;
   }
   return batch;
 }

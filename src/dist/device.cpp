@@ -4,6 +4,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 
 #include <cctype>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -67,6 +68,27 @@ void set_tf32(bool enabled) {
 
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+double measure_matmul_flops_per_second(const torch::Device& device, torch::ScalarType dtype, double seconds) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = device.is_cuda() ? 8192 : 1024;
+  const auto options = torch::TensorOptions().device(device).dtype(dtype);
+  // Constant operands: the speed does not depend on the values, and the run's random streams
+  // (weights, dropout, the order of the data) must not move.
+  const torch::Tensor a = torch::full({n, n}, 0.5, options), b = torch::full({n, n}, 0.25, options);
+  torch::Tensor c = torch::matmul(a, b);  // warm-up: kernels chosen, memory in place
+  synchronize(device);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t products = 0;
+  double elapsed = 0;
+  do {
+    torch::matmul_out(c, a, b);
+    synchronize(device);
+    ++products;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (elapsed < seconds);
+  return 2.0 * static_cast<double>(n * n * n) * static_cast<double>(products) / elapsed;
 }
 
 int64_t peak_memory_bytes(const torch::Device& device) {

@@ -16,6 +16,7 @@
 #include "mpibert/data/sampler.hpp"
 #include "mpibert/dist/device.hpp"
 #include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/optimizer.hpp"
 #include "mpibert/train/hf_run_files.hpp"
@@ -129,6 +130,8 @@ class Trainer {
   nlohmann::ordered_json results(bool stopped_early, double train_runtime) const;
   nlohmann::ordered_json parallel_summary() const;
   nlohmann::ordered_json memory_per_rank() const;
+  void measure_matmul_rate();
+  nlohmann::ordered_json utilization() const;
   void write_hf_names(const nlohmann::ordered_json& results) const;
   CheckpointContext checkpoint_context() const;
 
@@ -143,6 +146,8 @@ class Trainer {
   std::optional<DistributedSampler> sampler_;
   int64_t steps_per_epoch_ = 1, total_steps_ = 0, warmup_ = 0, resumed_from_step_ = 0;
   double flops_per_token_ = 0;  // HF's estimate: 6 x the parameters outside the embedding tables
+  TrainingFlops training_flops_;  // on real tokens, for MFU
+  double matmul_flops_per_second_ = 0;  // measured at setup, summed over the ranks
   std::optional<LinearSchedule> schedule_;
   std::shared_ptr<Communicator> communicator_;
   std::unique_ptr<DataParallel> parallel_;
@@ -151,7 +156,7 @@ class Trainer {
   int64_t last_eval_step_ = -1;
   PhaseTimes phases_;
   int64_t steps_this_run_ = 0;
-  double samples_this_run_ = 0, step_seconds_ = 0;
+  double samples_this_run_ = 0, step_seconds_ = 0, model_flops_this_run_ = 0;
   Clock::time_point loop_start_, step_start_;
   bool stop_requested_ = false;
 
@@ -262,6 +267,8 @@ void Trainer::set_up_parallel() {
   }
   parallel_->broadcast_parameters();
   flops_per_token_ = 6.0 * static_cast<double>(count_non_embedding_parameters(*model()));
+  training_flops_ = bert_qa_training_flops(model()->config());
+  measure_matmul_rate();
   state_.world_size = ranks_.size;
   state_.per_rank_batch_size = options_.batch_size;
   state_.strategy = checkpoint_context().strategy;
@@ -336,6 +343,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
     step.losses.push_back(loss.detach());
     step.samples += static_cast<double>(batch.feature_indices.size());
     step.tokens += static_cast<double>(batch.input_ids.numel());
+    step.model_flops += training_flops_.of(batch.real_tokens, batch.real_token_pairs);
   }
   inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
   timed(phases_.gradient_sync, "mpibert::gradient_sync", [&] { parallel_->finish_gradient_sync(); });
@@ -354,11 +362,12 @@ bool Trainer::finish_step(StepRecord step, const StopSignals& signals) {
   ++steps_this_run_;
   // One small host all-reduce a step: the samples, and whether a rank was asked to stop (signals
   // reach ranks at different moments; all stop at the same step).
-  std::vector<double> totals = {step.samples, step.tokens, signals.received() != 0 ? 1.0 : 0.0};
+  std::vector<double> totals = {step.samples, step.tokens, step.model_flops, signals.received() != 0 ? 1.0 : 0.0};
   if (ranks_.size > 1) totals = sum_over_ranks(std::move(totals), "the step's sample count");
   step.samples = totals[0];
   state_.total_flos += flops_per_token_ * totals[1];
-  stop_requested_ = totals[2] > 0;
+  model_flops_this_run_ += totals[2];
+  stop_requested_ = totals[3] > 0;
   const int64_t s = state_.global_step;
   const bool last = s == total_steps_;
   const bool stop = !last && (stop_requested_ || (options_.stop_after_steps > 0 && steps_this_run_ == options_.stop_after_steps));
@@ -436,6 +445,7 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
       {"train_loss", state_.loss_history.empty() ? 0.0 : loss_sum / static_cast<double>(state_.loss_history.size())},
       {"epoch", static_cast<double>(state_.global_step) / static_cast<double>(steps_per_epoch_)},
       {"total_flos", state_.total_flos},
+      {"utilization", utilization()},
   };
   if (last_eval_ && !stopped_early) {
     results.update(eval_metrics_as_hf(*last_eval_, ranks_.size));
@@ -514,6 +524,29 @@ nlohmann::ordered_json Trainer::memory_per_rank() const {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const std::string& text : all_gather_strings(mine.dump())) ranks.push_back(nlohmann::ordered_json::parse(text));
   return ranks;
+}
+
+// The matrix-product rate of every rank at once (they share the machine as the run will), in
+// the run's precision, summed: what the run's model FLOP/s is a fraction of.
+void Trainer::measure_matmul_rate() {
+  const torch::ScalarType dtype = options_.model.autocast_bf16 ? torch::kBFloat16 : torch::kFloat;
+  if (ranks_.size > 1) sum_over_ranks({0.0}, "the start of the matrix-product measurement");
+  std::vector<double> rate = {measure_matmul_flops_per_second(device_, dtype)};
+  if (ranks_.size > 1) rate = sum_over_ranks(std::move(rate), "the matrix-product rates");
+  matmul_flops_per_second_ = rate[0];
+  spdlog::info("matrix products in {}: {:.1f} GFLOP/s over the {} rank(s)", options_.model.autocast_bf16 ? "bf16" : "fp32",
+               matmul_flops_per_second_ / 1e9, ranks_.size);
+}
+
+// Model FLOPs on real tokens against the measured matrix-product rate (MFU), over the training
+// steps alone (as train_step_samples_per_second).
+nlohmann::ordered_json Trainer::utilization() const {
+  const double achieved = step_seconds_ > 0 ? model_flops_this_run_ / step_seconds_ : 0.0;
+  return {{"model_flops_per_sample", samples_this_run_ > 0 ? model_flops_this_run_ / samples_this_run_ : 0.0},
+          {"model_flops_per_second", achieved},
+          {"matmul_flops_per_second", matmul_flops_per_second_},
+          {"matmul_dtype", options_.model.autocast_bf16 ? "bf16" : "float32"},
+          {"mfu", matmul_flops_per_second_ > 0 ? achieved / matmul_flops_per_second_ : 0.0}};
 }
 
 // HF Trainer's files for what the run wrote (hf_run_files.hpp): its results and log history,

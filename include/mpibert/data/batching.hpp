@@ -19,7 +19,8 @@ struct Batch {
   torch::Tensor start_positions, end_positions;             // [batch] int64
   std::vector<int64_t> feature_indices;                     // global indices, in batch order
   int64_t padded_length = 0;
-  int64_t real_tokens = 0;  // sum of real lengths: the work that is not padding
+  int64_t real_tokens = 0;       // sum of real lengths: the work that is not padding
+  int64_t real_token_pairs = 0;  // sum of squared real lengths: attention's work without padding
 
   // The tensors on `device`; from pinned memory the copies do not block the host.
   Batch to(const torch::Device& device) const;

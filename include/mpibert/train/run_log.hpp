@@ -29,6 +29,7 @@ struct StepRecord {
   double learning_rate = 0;
   double samples = 0;                 // this step's, over all ranks
   double tokens = 0;                  // padded tokens this step (this rank's, then summed over ranks)
+  double model_flops = 0;             // on real tokens (model/flops.hpp); this rank's, then summed over ranks
   double seconds = 0;                 // since the run started, when the step ended
 };
 
