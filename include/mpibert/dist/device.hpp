@@ -22,7 +22,7 @@ void synchronize(const torch::Device& device);
 
 // The rate of square matrix products in `dtype` on `device` (FLOP/s), with the threads and
 // numeric modes the process has: the limit a run's model FLOP/s is measured against (MFU).
-// Takes about `seconds` (n = 1024 on the CPU, 8192 on a GPU; one warm-up product first).
+// Takes about `seconds` (n = 1024 on the CPU, 4096 on a GPU; one warm-up product first).
 double measure_matmul_flops_per_second(const torch::Device& device, torch::ScalarType dtype, double seconds = 0.25);
 
 // The most memory the caching allocator held on a CUDA device since the start, 0 on the CPU.
