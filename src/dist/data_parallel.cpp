@@ -347,10 +347,11 @@ DataParallel::DataParallel(BertForQuestionAnswering& model, std::shared_ptr<Comm
     d.model = model.get();
     d.unit_hooks = d.make_unit_hooks();
     model->set_unit_hooks(d.unit_hooks.get());
-    for (FlatGroup& unit : d.groups) release_storage(unit.grads);  // allocated when the unit's backward starts
   }
-  if (options.strategy == Strategy::kZero2)
-    for (FlatGroup& bucket : d.groups) release_storage(bucket.grads);  // allocated when its first gradient arrives
+  // Allocated again when first needed: fsdp when the unit's backward starts, zero2 when the
+  // bucket's first gradient arrives.
+  if (d.releases_gradients)
+    for (FlatGroup& group : d.groups) release_storage(group.grads);
   int64_t bytes = 0;
   for (const FlatGroup& group : d.groups) bytes += group.numel * group.grads.element_size();
   spdlog::info("{} over {} ranks ({}): {} {}, {:.1f} MiB; optimizer state {:.1f} MiB on this rank", strategy_name(options.strategy),

@@ -530,7 +530,7 @@ nlohmann::ordered_json Trainer::memory_per_rank() const {
 // the run's precision, summed: what the run's model FLOP/s is a fraction of.
 void Trainer::measure_matmul_rate() {
   const torch::ScalarType dtype = options_.model.autocast_bf16 ? torch::kBFloat16 : torch::kFloat;
-  if (ranks_.size > 1) sum_over_ranks({0.0}, "the start of the matrix-product measurement");
+  if (ranks_.size > 1) barrier("the start of the matrix-product measurement");
   std::vector<double> rate = {measure_matmul_flops_per_second(device_, dtype)};
   if (ranks_.size > 1) rate = sum_over_ranks(std::move(rate), "the matrix-product rates");
   matmul_flops_per_second_ = rate[0];

@@ -182,14 +182,19 @@ EOF
 }
 
 # Python checks of a finished job's run directory, given on stdin; they run after this preamble:
-# d (the directory), job_id, r (results.json), j (job.json), expect(what, ok) collecting problems.
+# d (the directory), job_id, r (results.json), j (job.json), expect(what, ok) collecting problems,
+# and report(done), which prints the problems, or `done` when there are none, and exits with 1 or 0.
 run_dir_checks_preamble='import json, os, sys
 d, job_id = sys.argv[1], sys.argv[2]
 r = json.load(open(os.path.join(d, "results.json")))
 j = json.load(open(os.path.join(d, "job.json")))
 problems = []
 def expect(what, ok):
-    if not ok: problems.append(what)'
+    if not ok: problems.append(what)
+def report(done):
+    for p in problems: print(f"  {d}: {p}")
+    if not problems: print(done)
+    sys.exit(1 if problems else 0)'
 check_run_dir() {  # DIR ID < checks
   "$python" -c "$run_dir_checks_preamble
 $(cat)" "$1" "$2"
@@ -239,10 +244,7 @@ if len(a) == 2:
     expect(f"second attempt exit 0 ({a[1]})", a[1]["exit_status"] == 0 and a[1]["state"] == "completed")
     expect("both attempts of the same job", a[0]["job_id"] == a[1]["job_id"] == job_id)
 expect("checkpoint-40 present", os.path.isdir(os.path.join(d, "checkpoint-40")))
-for p in problems: print(f"  {d}: {p}")
-if not problems:
-    print(f"  {os.path.basename(d)}: stopped and checkpointed at step {r['resumed_from_step']}, exit 75, requeued, "
-          f"resumed, finished at step {r['global_step']} (eval_f1 {r.get('eval_f1', float('nan')):.2f})")
-sys.exit(1 if problems else 0)
+report(f"  {os.path.basename(d)}: stopped and checkpointed at step {r['resumed_from_step']}, exit 75, requeued, "
+       f"resumed, finished at step {r['global_step']} (eval_f1 {r.get('eval_f1', float('nan')):.2f})")
 EOF
 }
