@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   uint64_t min_bytes = 1024, max_bytes = 256ull << 20;
   double factor = 2;
   int warmup = 5, iters = 20;
+  mpibert::MpiCollectives collectives;
   CLI::App app{"mpibert collective bandwidth (nccl-tests style)"};
   app.add_option("--backend", backend)->check(CLI::IsMember({"mpi", "nccl"}))->capture_default_str();
   app.add_option("--op", op)->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "all"}))->capture_default_str();
@@ -135,6 +136,12 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--iters", iters)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dtype", dtype)->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int64", "int32", "uint8"}))->capture_default_str();
+  app.add_option("--mpi-collectives", collectives.algorithm, "ring or openmpi (the MPI backend's algorithm)")
+      ->check(CLI::IsMember({"ring", "openmpi"}))
+      ->capture_default_str();
+  app.add_option("--ring-min-bytes", collectives.ring_min_bytes, "the ring from this size on")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const std::map<std::string, torch::ScalarType> dtypes = {
@@ -152,7 +159,7 @@ int main(int argc, char** argv) {
       device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(mpibert::local_rank()));
       comm = mpibert::make_nccl_communicator(mpibert::local_rank(), 300);
     } else {
-      comm = mpibert::make_mpi_communicator(300);
+      comm = mpibert::make_mpi_communicator(300, collectives);
     }
   } catch (const std::exception& error) {
     if (session.rank() == 0) std::fprintf(stderr, "bench_allreduce: %s\n", error.what());
@@ -165,8 +172,8 @@ int main(int argc, char** argv) {
       mpibert::all_gather_strings(mpibert::host_name() + " pid " + std::to_string(getpid()) + " device " + device.str());
   const bool print = session.rank() == 0;
   if (print) {
-    std::printf("# mpibert bench_allreduce: backend %s, %d ranks, dtype %s, sizes %s..%s x%g, warmup %d, iters %d\n",
-                backend.c_str(), comm->size(), dtype.c_str(), format_size(min_bytes).c_str(), format_size(max_bytes).c_str(),
+    std::printf("# mpibert bench_allreduce: backend %s (%s from %lld B), %d ranks, dtype %s, sizes %s..%s x%g, warmup %d, iters %d\n",
+                backend.c_str(), collectives.algorithm.c_str(), static_cast<long long>(collectives.ring_min_bytes), comm->size(), dtype.c_str(), format_size(min_bytes).c_str(), format_size(max_bytes).c_str(),
                 factor, warmup, iters);
     for (size_t r = 0; r < ranks.size(); ++r) std::printf("#  Rank %2zu on %s\n", r, ranks[r].c_str());
   }

@@ -1,9 +1,10 @@
-// Training throughput on SQuAD shards: full vs dynamic padding (and length grouping).
+// Training throughput on SQuAD shards: full vs dynamic padding, length grouping, packed batches.
 //   bench_train --shards DIR --preset small|base [--batch B] [--steps N] [--threads T]
-//               [--variant all|full|dynamic|grouped] [--json]
+//               [--variant all|full|dynamic|grouped|packed] [--bf16] [--json]
 // Each configuration runs N optimizer steps on the same shuffled order after one warm-up step
-// and prints samples/s, padded tokens per sample and the speedup over full padding (or, with
-// --json, one JSON object per configuration: bench/compare_hf.sh reads them).
+// and prints samples/s, padded tokens per sample, MFU (model FLOPs on real tokens over the
+// square-GEMM rate measured first, in the same precision and threads) and the speedup over full
+// padding (or, with --json, one JSON object per configuration: bench/compare_hf.sh reads them).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -12,6 +13,8 @@
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/sampler.hpp"
+#include "mpibert/dist/device.hpp"
+#include "mpibert/model/flops.hpp"
 #include "mpibert/model/optimizer.hpp"
 #include "mpibert/train/trainer.hpp"
 
@@ -26,7 +29,8 @@ struct Variant {
 
 const Variant kVariants[] = {{"full", "full padding", mpibert::Padding::kFull, false},
                              {"dynamic", "dynamic padding", mpibert::Padding::kDynamic, false},
-                             {"grouped", "dynamic + group_by_length", mpibert::Padding::kDynamic, true}};
+                             {"grouped", "dynamic + group_by_length", mpibert::Padding::kDynamic, true},
+                             {"packed", "packed (no padding)", mpibert::Padding::kPacked, false}};
 
 }  // namespace
 
@@ -35,7 +39,7 @@ int main(int argc, char** argv) {
   int64_t batch = 0, steps = 10;
   int threads = 2;
   std::string only = "all";
-  bool json = false;
+  bool json = false, bf16 = false;
   CLI::App app{"mpibert training throughput by padding"};
   app.add_option("--shards", shards, "prepared train shards")->required();
   app.add_option("--preset", preset)->check(CLI::IsMember({"base", "small"}));
@@ -43,8 +47,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
   app.add_option("--variant", only, "one configuration, or all")
-      ->check(CLI::IsMember({"all", "full", "dynamic", "grouped"}))
+      ->check(CLI::IsMember({"all", "full", "dynamic", "grouped", "packed"}))
       ->capture_default_str();
+  app.add_flag("--bf16", bf16, "bf16 autocast, as mpibert train --bf16");
   app.add_flag("--json", json, "one JSON object per configuration instead of a table line");
   CLI11_PARSE(app, argc, argv);
   mpibert::keep_freed_memory_for_reuse();
@@ -53,12 +58,18 @@ int main(int argc, char** argv) {
   if (batch == 0) batch = preset == "base" ? 2 : 32;
   torch::set_num_threads(threads);
   const mpibert::FeatureStore store = mpibert::FeatureStore::open(shards);
+  const mpibert::TrainingFlops flops = mpibert::bert_qa_training_flops(config);
+  const double matmul_rate =
+      mpibert::measure_matmul_flops_per_second(torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
+  const char* precision = bf16 ? "bf16" : "fp32";
 
   double full_rate = 0;
   for (const Variant& variant : kVariants) {
     if (only != "all" && only != variant.key) continue;
     torch::manual_seed(0);
-    mpibert::BertForQuestionAnswering model(config);
+    mpibert::ModelOptions model_options;
+    model_options.autocast_bf16 = bf16;
+    mpibert::BertForQuestionAnswering model(config, model_options);
     model->train();
     const std::vector<torch::Tensor> parameters = model->parameters();
     mpibert::AdamW optimizer(model->named_parameters(), mpibert::AdamWOptions{});
@@ -66,34 +77,41 @@ int main(int argc, char** argv) {
     if (variant.group_by_length) sampler.group_by_length(mpibert::feature_lengths(store), batch);
     const std::vector<int64_t> order = sampler.indices(0);
 
-    int64_t samples = 0, padded_tokens = 0;
+    int64_t samples = 0, padded_tokens = 0, real_tokens = 0;
+    double model_flops = 0;
     std::chrono::steady_clock::time_point start;
     for (int64_t step = 0; step <= steps; ++step) {
       if (step == 1) start = std::chrono::steady_clock::now();  // step 0 warms up
       const auto first = order.begin() + static_cast<long>(step * batch);
       mpibert::Batch b = mpibert::make_batch(store, std::vector<int64_t>(first, first + batch), variant.padding);
-      auto out = model->forward(b.input_ids, b.token_type_ids, b.attention_mask, b.start_positions, b.end_positions);
-      out.loss.backward();
+      model->forward(b).loss.backward();
       mpibert::clip_grad_norm(parameters, 1.0);
       optimizer.step(1e-4);
       optimizer.zero_grad();
       if (step > 0) {
         samples += batch;
-        padded_tokens += b.padded_length * batch;
+        padded_tokens += b.input_ids.numel();
+        real_tokens += b.real_tokens;
+        model_flops += flops.of(b.real_tokens, b.real_token_pairs);
       }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double rate = static_cast<double>(samples) / seconds;
     const double tokens_per_sample = static_cast<double>(padded_tokens) / static_cast<double>(samples);
+    const double model_rate = model_flops / seconds, mfu = model_rate / matmul_rate;
     if (json) {
-      std::printf("{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"steps\": %lld, \"batch\": %lld, "
-                  "\"threads\": %d, \"variant\": \"%s\"}\n",
-                  rate, tokens_per_sample, static_cast<long long>(steps), static_cast<long long>(batch), threads, variant.key);
+      std::printf("{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"real_tokens_per_sample\": %.1f, "
+                  "\"model_flops_per_sample\": %.6g, \"model_flops_per_second\": %.6g, \"matmul_flops_per_second\": %.6g, "
+                  "\"mfu\": %.4f, \"precision\": \"%s\", \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
+                  "\"variant\": \"%s\"}\n",
+                  rate, tokens_per_sample, static_cast<double>(real_tokens) / static_cast<double>(samples),
+                  model_flops / static_cast<double>(samples), model_rate, matmul_rate, mfu, precision,
+                  static_cast<long long>(steps), static_cast<long long>(batch), threads, variant.key);
       continue;
     }
     if (variant.padding == mpibert::Padding::kFull) full_rate = rate;
-    std::printf("%-5s batch %3lld threads %d %-26s %7.2f samples/s  %5.0f tokens/sample", preset.c_str(),
-                static_cast<long long>(batch), threads, variant.name, rate, tokens_per_sample);
+    std::printf("%-5s %s batch %3lld threads %d %-26s %7.2f samples/s  %5.0f tokens/sample  MFU %.2f", preset.c_str(),
+                precision, static_cast<long long>(batch), threads, variant.name, rate, tokens_per_sample, mfu);
     if (full_rate > 0) std::printf("  %.2fx full padding", rate / full_rate);  // not when --variant skipped it
     std::printf("\n");
   }

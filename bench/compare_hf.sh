@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# mpibert beside HF's Trainer on this machine: training samples/s at seq 384 on SQuAD v1.1 dev,
-# small config (batch 32) and bert-base (batch 2), 1 and 2 threads, one process each, dropout 0.1,
-# random weights; then the feature counts of both pipelines on dev-v1.1 and dev-v2.0.
-#   mpibert: bench_train (full padding, dynamic padding, dynamic + group_by_length);
+# mpibert beside HF's Trainer on this machine: training samples/s and MFU at seq 384 on SQuAD v1.1
+# dev, small config (batch 32) and bert-base (batch 4, as the issue measured it), 1 and 2 threads,
+# fp32 and bf16 (autocast on both sides), one process each, dropout 0.1, random weights; then the
+# feature counts of both pipelines on dev-v1.1 and dev-v2.0.
+#   mpibert: bench_train (full padding, dynamic padding, dynamic + group_by_length, packed);
 #   HF:      bench/hf_peer/run_qa_peer.py throughput: Trainer.train() as run_qa runs it (padded
-#            to 384) and with DataCollatorWithPadding + group_by_length; same torch 2.11.0.
-# The two sides alternate, configuration by configuration, ROUNDS times (default 2); the table
-# gives each side's mean over the rounds (and the spread) and the ratios. Run it on an otherwise
-# idle machine. STEPS_SMALL / STEPS_BASE: timed optimizer steps after one warm-up step.
+#            to 384), with DataCollatorWithPadding, and with it + group_by_length; --bf16 is
+#            TrainingArguments(bf16=True); same torch 2.11.0.
+# The two sides alternate, configuration by configuration, ROUNDS times (default 2); the tables
+# give each side's mean over the rounds (and the spread), the ratio of the best variants, and MFU
+# against the square-GEMM rate bench_train measures per thread count and precision. Run it on an
+# otherwise idle machine. STEPS_SMALL / STEPS_BASE: timed optimizer steps after one warm-up step;
+# PRESETS (default "small base"), THREADS (default "1 2") and PRECISIONS (default "fp32 bf16";
+# bf16 on a CPU without bf16 instructions is emulated, and slow) restrict the configurations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh > /dev/null
@@ -26,22 +31,30 @@ records="$work/throughput.jsonl"
 tag() { sed "s/^{/{\"side\": \"$1\", \"preset\": \"$2\", /"; }
 
 for round in $(seq "${ROUNDS:-2}"); do
-  for preset in small base; do
-    if [ "$preset" = small ]; then config=configs/small-bert.json batch=32 steps=${STEPS_SMALL:-10}
-    else config=bench/bert-base-config.json batch=2 steps=${STEPS_BASE:-8}; fi
-    for threads in 1 2; do
+  for preset in ${PRESETS:-small base}; do
+    case $preset in
+      small) config=configs/small-bert.json batch=32 steps=${STEPS_SMALL:-10} ;;
+      base) config=bench/bert-base-config.json batch=4 steps=${STEPS_BASE:-8} ;;
+      *) echo "compare_hf: unknown preset $preset" >&2; exit 2 ;;
+    esac
+    for threads in ${THREADS:-1 2}; do
       export OMP_NUM_THREADS=$threads
-      for variant in full dynamic grouped; do
-        build/bin/bench_train --shards "$work/v1-train" --preset "$preset" --batch "$batch" --steps "$steps" \
-          --threads "$threads" --variant "$variant" --json | tag mpibert "$preset" >> "$records"
-        case $variant in
-          full) padding=(--padding full) ;;
-          grouped) padding=(--padding dynamic --group-by-length) ;;
-          *) continue ;;
-        esac
-        "$peer_python" bench/hf_peer/run_qa_peer.py throughput --train-file "$v1" --vocab "$vocab" --config "$config" \
-          --batch "$batch" --steps "$steps" --threads "$threads" --scratch "$work/trainer" "${padding[@]}" 2> "$work/peer.log" |
-          tail -1 | tag hf "$preset" >> "$records" || { cat "$work/peer.log" >&2; exit 1; }
+      for precision in ${PRECISIONS:-fp32 bf16}; do
+        bf16=()
+        if [ "$precision" = bf16 ]; then bf16=(--bf16); fi
+        for variant in full dynamic grouped packed; do
+          build/bin/bench_train --shards "$work/v1-train" --preset "$preset" --batch "$batch" --steps "$steps" \
+            --threads "$threads" --variant "$variant" "${bf16[@]}" --json | tag mpibert "$preset" >> "$records"
+          case $variant in
+            full) padding=(--padding full) ;;
+            dynamic) padding=(--padding dynamic) ;;
+            grouped) padding=(--padding dynamic --group-by-length) ;;
+            *) continue ;;  # HF's Trainer has no packed batches
+          esac
+          "$peer_python" bench/hf_peer/run_qa_peer.py throughput --train-file "$v1" --vocab "$vocab" --config "$config" \
+            --batch "$batch" --steps "$steps" --threads "$threads" --scratch "$work/trainer" "${padding[@]}" "${bf16[@]}" \
+            2> "$work/peer.log" | tail -1 | tag hf "$preset" >> "$records" || { cat "$work/peer.log" >&2; exit 1; }
+        done
       done
     done
   done

@@ -69,6 +69,7 @@ class Run:
         self.train_points, self.eval_points = {}, {}  # {step: loss}
         self.eval_epochs = {}  # {step: epochs done at that evaluation}, where the source records it
         self.memory = None  # MemoryPerRank, where the source records it
+        self.mfu = None  # model FLOPs utilization, a fraction, where the source records it
         self.phases = {}
         self.lacking = []  # (figure, why)
         self.notes = []
@@ -202,6 +203,9 @@ def read_mpibert(path, order):
     run.memory = memory_per_rank(parallel.get("memory_per_rank"))
     if run.memory is None:
         run.lack("memory per rank", "results.json has no parallel.memory_per_rank (written since 2026-11-25)")
+    run.mfu = utilization_mfu(r.get("utilization"))
+    if run.mfu is None:
+        run.lack("MFU", "results.json has no utilization with a measured matrix-product rate (written since 2026-11-25)")
     read_jsonl_points(run, os.path.join(path, "metrics.jsonl"))
     return run
 
@@ -239,6 +243,17 @@ def memory_per_rank(entries):
             peak, peak_kind = max(values), kind
             break
     return MemoryPerRank(max(helds, key=lambda h: sum(h.values())), peak, peak_kind, len(entries))
+
+
+def utilization_mfu(utilization):
+    """results.json's utilization.mfu (model FLOP/s on real tokens over the matrix-product rate the
+    ranks measured at setup), or None where absent, unreadable or without a measured rate."""
+    if not isinstance(utilization, dict):
+        return None
+    rate = num(utilization.get("matmul_flops_per_second"))
+    if rate is None or rate <= 0:  # mpibert writes mfu 0 where no rate was measured
+        return None
+    return num(utilization.get("mfu"))
 
 
 # --- HF Trainer ---------------------------------------------------------------------------------
@@ -299,6 +314,7 @@ def read_hf_trainer(path, order):
     run.lack("time per phase", "not in HF's output files")
     run.lack("memory per rank", "HF's output files record none per rank (with skip_memory_metrics=False its "
              "*_mem_*_delta figures are one process's changes per stage, not a peak)")
+    run.lack("MFU", "HF's output files count FLOPs (total_flos) but record no rate of the device to set them against")
     per_device = num(state.get("train_batch_size"))
     if per_device is not None:
         run.notes.append("per-device batch %d (trainer_state.json)" % per_device)
@@ -437,6 +453,7 @@ def read_lightning(path, order, folder, chosen):
         run.global_batch = batch * run.ranks * (num(hparams.get("accumulate_grad_batches")) or 1)
     run.lack("time per phase", "not in Lightning's CSV log")
     run.lack("memory per rank", "not in Lightning's CSV log")
+    run.lack("MFU", "not in Lightning's CSV log")
     return run
 
 

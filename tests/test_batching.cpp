@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "mpibert/core/error.hpp"
 #include "mpibert/data/batching.hpp"
 #include "test_support.hpp"
 
@@ -33,10 +34,13 @@ class BatchLoading : public ::testing::Test {
   static void expect_same_batch(const Batch& a, const Batch& b) {
     EXPECT_EQ(a.feature_indices, b.feature_indices);
     EXPECT_EQ(a.padded_length, b.padded_length);
-    EXPECT_TRUE(torch::equal(a.input_ids, b.input_ids));
-    EXPECT_TRUE(torch::equal(a.attention_mask, b.attention_mask));
-    EXPECT_TRUE(torch::equal(a.token_type_ids, b.token_type_ids));
-    EXPECT_TRUE(torch::equal(a.start_positions, b.start_positions));
+    EXPECT_EQ(a.feature_offsets, b.feature_offsets);
+    for (const auto& [x, y] : std::vector<std::pair<torch::Tensor, torch::Tensor>>{
+             {a.input_ids, b.input_ids}, {a.attention_mask, b.attention_mask}, {a.token_type_ids, b.token_type_ids},
+             {a.position_ids, b.position_ids}, {a.start_positions, b.start_positions}}) {
+      ASSERT_EQ(x.defined(), y.defined());
+      if (x.defined()) EXPECT_TRUE(torch::equal(x, y));
+    }
   }
   static test::TempDir* dir_;
   static FeatureStore* store_;
@@ -48,16 +52,18 @@ TEST_F(BatchLoading, DeliversEveryMicroBatchOfTheOrderFromAnyStart) {
   const std::vector<int64_t> order = shuffled_order();
   const int64_t batch_size = 5, count = (static_cast<int64_t>(order.size()) + batch_size - 1) / batch_size;
   ASSERT_GE(count, 3) << "the fixture needs a few batches";
-  for (int64_t first : {int64_t{0}, count - 2}) {
-    BatchLoader loader(*store_, order, batch_size, first, Padding::kDynamic, torch::kCPU);
-    for (int64_t b = first; b < count; ++b) {
-      ASSERT_FALSE(loader.exhausted());
-      const auto begin = order.begin() + b * batch_size;
-      const std::vector<int64_t> indices(begin, begin + std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - b * batch_size));
-      expect_same_batch(loader.next(), make_batch(*store_, indices, Padding::kDynamic));
+  for (Padding padding : {Padding::kDynamic, Padding::kPacked}) {
+    for (int64_t first : {int64_t{0}, count - 2}) {
+      BatchLoader loader(*store_, order, batch_size, first, padding, torch::kCPU);
+      for (int64_t b = first; b < count; ++b) {
+        ASSERT_FALSE(loader.exhausted());
+        const auto begin = order.begin() + b * batch_size;
+        const std::vector<int64_t> indices(begin, begin + std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - b * batch_size));
+        expect_same_batch(loader.next(), make_batch(*store_, indices, padding));
+      }
+      EXPECT_TRUE(loader.exhausted());
+      EXPECT_THROW(loader.next(), std::logic_error);
     }
-    EXPECT_TRUE(loader.exhausted());
-    EXPECT_THROW(loader.next(), std::logic_error);
   }
 }
 
@@ -72,12 +78,40 @@ TEST_F(BatchLoading, CountsTheRealTokensAndTheirPairs) {
     tokens += length;
     pairs += length * length;
   }
-  for (Padding padding : {Padding::kDynamic, Padding::kFull}) {
+  for (Padding padding : {Padding::kDynamic, Padding::kFull, Padding::kPacked}) {
     const Batch batch = make_batch(*store_, indices, padding);
     EXPECT_EQ(batch.real_tokens, tokens);
     EXPECT_EQ(batch.real_token_pairs, pairs);
-    EXPECT_EQ(batch.attention_mask.sum().item<int64_t>(), tokens);
+    EXPECT_EQ(batch.packed() ? batch.input_ids.numel() : batch.attention_mask.sum().item<int64_t>(), tokens);
   }
+}
+
+// Packed: the dynamic batch's real tokens, row after row, with no padding; positions count from 0
+// in every feature; the offsets delimit the features; no attention mask.
+TEST_F(BatchLoading, PackedBatchesHoldTheRealTokensEndToEnd) {
+  const std::vector<int64_t> order = shuffled_order();
+  const std::vector<int64_t> indices(order.begin(), order.begin() + 5);
+  const Batch packed = make_batch(*store_, indices, Padding::kPacked), padded = make_batch(*store_, indices, Padding::kDynamic);
+  ASSERT_TRUE(packed.packed());
+  EXPECT_FALSE(padded.packed());
+  EXPECT_FALSE(packed.attention_mask.defined());
+  ASSERT_EQ(packed.feature_offsets.size(), indices.size() + 1);
+  EXPECT_EQ(packed.feature_offsets.back(), packed.real_tokens);
+  int64_t longest = 0;
+  for (size_t row = 0; row < indices.size(); ++row) {
+    const int64_t begin = packed.feature_offsets[row], length = store_->feature(indices[row]).length;
+    const auto r = static_cast<int64_t>(row);
+    EXPECT_EQ(packed.feature_offsets[row + 1] - begin, length);
+    EXPECT_TRUE(torch::equal(packed.input_ids.slice(0, begin, begin + length), padded.input_ids[r].slice(0, 0, length)));
+    EXPECT_TRUE(torch::equal(packed.token_type_ids.slice(0, begin, begin + length), padded.token_type_ids[r].slice(0, 0, length)));
+    EXPECT_TRUE(torch::equal(packed.position_ids.slice(0, begin, begin + length), torch::arange(length)));
+    longest = std::max(longest, length);
+  }
+  EXPECT_EQ(packed.padded_length, longest);
+  EXPECT_TRUE(torch::equal(packed.start_positions, padded.start_positions));
+  EXPECT_TRUE(torch::equal(packed.end_positions, padded.end_positions));
+  EXPECT_EQ(parse_padding("packed", "--padding"), Padding::kPacked);
+  EXPECT_THROW(parse_padding("none", "--padding"), InputError);
 }
 
 TEST_F(BatchLoading, DestroyedMidEpochJoinsItsHelper) {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "mpibert/core/error.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/core/process.hpp"
 #include "mpibert/dist/communicator.hpp"
@@ -94,12 +95,16 @@ torch::Tensor all_reduce_expected(torch::ScalarType dtype, int64_t numel, int n)
 
 int64_t element_size(torch::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
 
-class CommTest : public ::testing::Test {
+// Every test runs on both algorithms: Open MPI's, and mpibert's ring from the first byte (so that
+// blocks of one element and of none, on 2 and 3 ranks, go through it).
+class CommTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     rank_ = world_rank();
     size_ = world_size();
-    comm_ = make_mpi_communicator(60);
+    MpiCollectives collectives = MpiCollectives::parse(GetParam(), "test");
+    collectives.ring_min_bytes = 0;
+    comm_ = make_mpi_communicator(60, collectives);
   }
   void TearDown() override { comm_.reset(); }
 
@@ -107,7 +112,7 @@ class CommTest : public ::testing::Test {
   std::unique_ptr<Communicator> comm_;
 };
 
-TEST_F(CommTest, RankSizeAndBackendAreMpiWorld) {
+TEST_P(CommTest, RankSizeAndBackendAreMpiWorld) {
   int rank = -1, size = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -116,7 +121,7 @@ TEST_F(CommTest, RankSizeAndBackendAreMpiWorld) {
   EXPECT_EQ(comm_->backend(), "mpi");
 }
 
-TEST_F(CommTest, AllReduceSumIsTheClosedFormSumInPlace) {
+TEST_P(CommTest, AllReduceSumIsTheClosedFormSumInPlace) {
   for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kLong}) {
     for (const int64_t numel : {int64_t{1}, int64_t{1000}, kThreeMegabytes / element_size(dtype)}) {
       SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", " << numel << " elements");
@@ -129,7 +134,7 @@ TEST_F(CommTest, AllReduceSumIsTheClosedFormSumInPlace) {
   }
 }
 
-TEST_F(CommTest, AllReduceOfANarrowedViewLeavesTheRestOfTheStorageAlone) {
+TEST_P(CommTest, AllReduceOfANarrowedViewLeavesTheRestOfTheStorageAlone) {
   // A contiguous view with a storage offset: only elements [100, 600) take part.
   auto whole = torch::full({1000}, static_cast<float>(-1 - rank_));
   auto view = whole.narrow(0, 100, 500);
@@ -140,7 +145,7 @@ TEST_F(CommTest, AllReduceOfANarrowedViewLeavesTheRestOfTheStorageAlone) {
   EXPECT_EQ(difference(whole.narrow(0, 600, 400), torch::full({400}, static_cast<float>(-1 - rank_))), "");
 }
 
-TEST_F(CommTest, OperationsQueuedBeforeAnyWaitCompleteInOrder) {
+TEST_P(CommTest, OperationsQueuedBeforeAnyWaitCompleteInOrder) {
   const std::vector<std::pair<torch::ScalarType, int64_t>> specs = {
       {torch::kFloat, 1000}, {torch::kDouble, kThreeMegabytes / 8}, {torch::kLong, 1}, {torch::kFloat, kThreeMegabytes / 4}};
   std::vector<torch::Tensor> tensors;
@@ -157,7 +162,7 @@ TEST_F(CommTest, OperationsQueuedBeforeAnyWaitCompleteInOrder) {
   }
 }
 
-TEST_F(CommTest, CommunicatorBarrierWaitsForQueuedOperations) {
+TEST_P(CommTest, CommunicatorBarrierWaitsForQueuedOperations) {
   auto tensor = all_reduce_input(torch::kDouble, 1000, rank_);
   auto work = comm_->all_reduce_sum(tensor, "all-reduce before barrier");
   comm_->barrier("communicator barrier test");
@@ -167,7 +172,7 @@ TEST_F(CommTest, CommunicatorBarrierWaitsForQueuedOperations) {
   work->wait();
 }
 
-TEST_F(CommTest, ReduceScatterGivesEachRankTheSumOfItsBlock) {
+TEST_P(CommTest, ReduceScatterGivesEachRankTheSumOfItsBlock) {
   for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kLong}) {
     for (const int64_t k : {int64_t{1}, int64_t{1000}}) {
       SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", blocks of " << k);
@@ -190,7 +195,7 @@ torch::Tensor gather_block(torch::ScalarType dtype, int64_t k, int b) {
   return (torch::arange(k, torch::kLong) * 3 + int64_t{1000000} * (b + 1)).to(dtype);
 }
 
-TEST_F(CommTest, AllGatherInPlace) {
+TEST_P(CommTest, AllGatherInPlace) {
   for (const auto dtype : {torch::kFloat, torch::kLong}) {
     for (const int64_t k : {int64_t{1}, int64_t{1000}}) {
       SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", blocks of " << k);
@@ -205,7 +210,7 @@ TEST_F(CommTest, AllGatherInPlace) {
   }
 }
 
-TEST_F(CommTest, AllGatherOutOfPlace) {
+TEST_P(CommTest, AllGatherOutOfPlace) {
   for (const auto dtype : {torch::kDouble, torch::kLong}) {
     for (const int64_t k : {int64_t{1}, int64_t{1000}}) {
       SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", blocks of " << k);
@@ -220,7 +225,7 @@ TEST_F(CommTest, AllGatherOutOfPlace) {
   }
 }
 
-TEST_F(CommTest, BroadcastFromTheFirstAndTheLastRank) {
+TEST_P(CommTest, BroadcastFromTheFirstAndTheLastRank) {
   for (const int root : {0, size_ - 1}) {
     for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kLong}) {
       SCOPED_TRACE(::testing::Message() << "root " << root << ", " << c10::toString(dtype));
@@ -233,7 +238,7 @@ TEST_F(CommTest, BroadcastFromTheFirstAndTheLastRank) {
   }
 }
 
-TEST_F(CommTest, StatsCountOperationsAndBytes) {
+TEST_P(CommTest, StatsCountOperationsAndBytes) {
   const int64_t k = 1000;
   // `issued`: a mark taken before the operation was queued; the whole transfer came after it, and
   // none of it after a mark taken once it completed.
@@ -311,7 +316,7 @@ void expect_invalid_argument(F&& call, const char* name) {
   EXPECT_TRUE(all_ranks_ok(threw_invalid)) << name << ": some rank did not throw std::invalid_argument";
 }
 
-TEST_F(CommTest, InvalidTensorsThrowBeforeAnythingIsQueued) {
+TEST_P(CommTest, InvalidTensorsThrowBeforeAnythingIsQueued) {
   const int64_t k = 4;
   const auto before = comm_->stats();
   auto square = torch::arange(16, torch::kFloat).reshape({4, 4});
@@ -352,7 +357,7 @@ TEST_F(CommTest, InvalidTensorsThrowBeforeAnythingIsQueued) {
 
 // An unsupported dtype is refused by the caller's thread, before anything is queued, so that the
 // ranks stay in step.
-TEST_F(CommTest, UnsupportedDtypeThrowsBeforeAnythingIsQueued) {
+TEST_P(CommTest, UnsupportedDtypeThrowsBeforeAnythingIsQueued) {
   const auto before = comm_->stats();
   expect_invalid_argument([&] { comm_->all_reduce_sum(torch::zeros({4}, torch::kHalf), "half all-reduce"); }, "all-reduce of float16");
   expect_invalid_argument([&] { comm_->broadcast(torch::zeros({4}, torch::kBool), 0, "bool broadcast"); }, "broadcast of bool");
@@ -361,6 +366,27 @@ TEST_F(CommTest, UnsupportedDtypeThrowsBeforeAnythingIsQueued) {
   EXPECT_EQ(difference(tensor, torch::full({4}, static_cast<float>(size_))), "");
   EXPECT_EQ(comm_->stats().operations, before.operations + 1);
 }
+
+// Float sums depend on the order of addition: every rank must still hold the same bits (the ring
+// sums each block on one rank and forwards it), within round-off of the exact sum.
+TEST_P(CommTest, FloatSumsAreTheSameBitsOnEveryRank) {
+  const int64_t numel = 100003;
+  auto inputs_of = [&](int rank) {
+    torch::manual_seed(100 + rank);
+    return torch::randn({numel}, torch::kFloat);
+  };
+  torch::Tensor exact = torch::zeros({numel}, torch::kDouble);
+  for (int r = 0; r < size_; ++r) exact += inputs_of(r).to(torch::kDouble);
+  torch::Tensor tensor = inputs_of(rank_);
+  comm_->all_reduce_sum(tensor, "float all-reduce")->wait();
+  EXPECT_LE((tensor.to(torch::kDouble) - exact).abs().max().item<double>(), 1e-5);
+  torch::Tensor everyone = torch::empty({size_ * numel}, torch::kFloat);
+  comm_->all_gather(tensor, everyone, "gather of the sums")->wait();
+  for (int r = 0; r < size_; ++r) EXPECT_TRUE(torch::equal(everyone.narrow(0, r * numel, numel), tensor)) << "rank " << r;
+  EXPECT_THROW(MpiCollectives::parse("tree", "--mpi-collectives"), InputError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, CommTest, ::testing::Values("openmpi", "ring"), [](const auto& info) { return info.param; });
 
 // ---- Host collectives (comm.hpp) ----
 

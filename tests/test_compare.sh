@@ -3,7 +3,7 @@
 # fixture model from random weights on a few SQuAD v1.1 dev articles, beside the output directory
 # of the real HF Trainer and the CSV log of Lightning's Trainer (tests/peer_runs), then the table,
 # the notes on what each source does not record, the validation loss by epoch, the memory per rank,
-# the plots and comparison.md are checked; mpibert's
+# the MFU, the plots and comparison.md are checked; mpibert's
 # HF-named files read as an HF output_dir give the same figures; a run directory of none of the
 # three kinds, or a malformed results.json, must fail.
 # Registered in ctest as compare.report. Environment (all optional):
@@ -96,7 +96,7 @@ cells = [[c.strip() for c in l.strip().strip("|").split("|")] for l in rows]
 header, body = cells[0], [c for c in cells[2:]]
 check(len(body) == 6, "expected 6 table rows, found %d" % len(body))
 col = {name: header.index(name) for name in header}
-for name in ("run", "source", "strategy", "ranks", "samples/s", "samples/s incl. setup", "speedup", "efficiency",
+for name in ("run", "source", "strategy", "ranks", "samples/s", "samples/s incl. setup", "MFU", "speedup", "efficiency",
              "EM", "F1", "validation loss", "training time", "device", "epochs", "validation loss by epoch",
              "held MiB/rank", "peak MiB/rank"):
     check(name in col, "column %r missing from the header %r" % (name, header))
@@ -146,6 +146,8 @@ for name in ("r1-single", "r2-ddp", "r2-fsdp", "r2-zero1"):
           "%s: held MiB/rank %s, results.json's largest rank holds %.2f MiB" % (name, r[col["held MiB/rank"]], held / MIB))
     check(r[col["peak MiB/rank"]].endswith(" RSS") and abs(number(r[col["peak MiB/rank"]][:-4]) - peak / MIB) <= 0.51,
           "%s: peak MiB/rank %r, results.json's largest peak RSS is %.1f MiB" % (name, r[col["peak MiB/rank"]], peak / MIB))
+    mfu = res["utilization"]["mfu"]
+    check(r[col["MFU"]] == "%.1f%%" % (100 * mfu), "%s: MFU %r, results.json's utilization.mfu is %r" % (name, r[col["MFU"]], mfu))
     check(":" in r[col["training time"]] and "s)" in r[col["training time"]],
           "%s: training time %r is not h:mm:ss (seconds)" % (name, r[col["training time"]]))
 # A rank of fsdp holds 1/2 of everything, zero1 1/2 of the optimizer state; ddp as one process.
@@ -154,7 +156,7 @@ check(held["r2-ddp"] == held["r1-single"] and held["r2-fsdp"] < held["r2-zero1"]
       "held MiB/rank %r: expected fsdp < zero1 < ddp = one process" % held)
 check(row["r1-single"][col["speedup"]] == "1.00", "baseline row speedup %r, expected 1.00" % row["r1-single"][col["speedup"]])
 check("Baseline: **r1-single**" in text, "no line naming r1-single as the baseline")
-check("Speedup =" in text and "efficiency =" in text, "no definition of speedup/efficiency")
+check("Speedup =" in text and "efficiency =" in text and "MFU =" in text, "no definition of speedup/efficiency/MFU")
 
 # HF Trainer: its own files' figures; the step throughput and the loss it does not record.
 hf_results = json.load(open(os.path.join(hf, "all_results.json")))
@@ -172,6 +174,7 @@ check(r[col["validation loss"]] == DASH, "hf-trainer: validation loss %r, run_qa
 check(r[col["validation loss by epoch"]] == DASH and r[col["held MiB/rank"]] == DASH,
       "hf-trainer: validation loss by epoch %r, held memory %r: HF records neither" % (r[col["validation loss by epoch"]], r[col["held MiB/rank"]]))
 check(abs(float(r[col["epochs"]]) - hf_results["epoch"]) <= 0.0006, "hf-trainer: epochs %s" % r[col["epochs"]])
+check(r[col["MFU"]] == DASH, "hf-trainer: MFU %r, HF records none" % r[col["MFU"]])
 
 # Lightning: metrics.csv's last validation and ThroughputMonitor's counters; hparams.yaml's devices.
 version = os.path.join(lightning, "version_0")
@@ -186,6 +189,7 @@ for column_name, key, tolerance in (("EM", "val_exact_match", 0.0051), ("F1", "v
 check(abs(number(r[col["samples/s"]]) - last("train/samples") / last("train/time")) <= 0.006,
       "lightning: samples/s %s, expected train/samples / train/time = %.3f" % (r[col["samples/s"]], last("train/samples") / last("train/time")))
 check(r[col["samples/s incl. setup"]] == DASH, "lightning: samples/s incl. setup %r" % r[col["samples/s incl. setup"]])
+check(r[col["MFU"]] == DASH, "lightning: MFU %r, Lightning's CSV log records none" % r[col["MFU"]])
 check(MARK not in r[col["speedup"]], "lightning: speedup %r should be over the steps" % r[col["speedup"]])
 want = ", ".join("step %d: %.4f" % (int(x["step"]), float(x["val_loss"])) for x in lrows if x.get("val_loss"))
 check(r[col["validation loss by epoch"]] == want, "lightning: validation loss by epoch %r, expected %r (by step: "
@@ -193,7 +197,8 @@ check(r[col["validation loss by epoch"]] == want, "lightning: validation loss by
 
 for needle in ("`hf-trainer` (HF Trainer): no samples/s over the steps", "`hf-trainer` (HF Trainer): no validation loss",
                "`lightning` (Lightning): no samples/s incl. setup", "ranks 1 as stated with --ranks",
-               "`hf-trainer` (HF Trainer): no memory per rank", "`lightning` (Lightning): no memory per rank"):
+               "`hf-trainer` (HF Trainer): no memory per rank", "`lightning` (Lightning): no memory per rank",
+               "`hf-trainer` (HF Trainer): no MFU", "`lightning` (Lightning): no MFU"):
     check(needle in text, "the notes lack %r" % needle)
 
 md_path = os.path.join(out, "comparison.md")

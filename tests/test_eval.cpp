@@ -1,12 +1,14 @@
 // Batching (dynamic vs full padding) and HF-style post-processing of QA logits.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/utf8.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
+#include "mpibert/eval/evaluate.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "test_support.hpp"
 
@@ -52,6 +54,36 @@ TEST(Batching, DynamicAndFullPaddingGiveTheSameRealTokenLogits) {
     EXPECT_LE((a.start_logits[row_index].slice(0, 0, length) - b.start_logits[row_index].slice(0, 0, length)).abs().max().item<double>(), 1e-5);
     EXPECT_LE((a.end_logits[row_index].slice(0, 0, length) - b.end_logits[row_index].slice(0, 0, length)).abs().max().item<double>(), 1e-5);
   }
+}
+
+// Packed batches (no padding) give the padded model's logits on every real token, float32's
+// lowest past each feature's end; evaluation packed gives the same predictions as padded.
+TEST(Batching, PackedGivesThePaddedLogitsAndPredictions) {
+  test::TempDir dir;
+  FeatureStore store = prepare(dir, test::squad_v1_path(), 24);
+  torch::manual_seed(5);
+  BertForQuestionAnswering model(BertConfig::load(test::fixtures_dir() + "/model/config.json"));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> indices(8);
+  std::iota(indices.begin(), indices.end(), 0);
+  const Batch padded = make_batch(store, indices, Padding::kDynamic), packed = make_batch(store, indices, Padding::kPacked);
+  QAOutput a = model->forward(padded), b = model->forward(packed);
+  ASSERT_EQ(b.start_logits.size(0), static_cast<int64_t>(indices.size()));
+  for (size_t row = 0; row < indices.size(); ++row) {
+    const int64_t length = store.feature(indices[row]).length;
+    const auto r = static_cast<int64_t>(row);
+    for (const auto& [x, y] : {std::pair{a.start_logits, b.start_logits}, std::pair{a.end_logits, b.end_logits}}) {
+      EXPECT_LE((x[r].slice(0, 0, length) - y[r].slice(0, 0, length)).abs().max().item<double>(), 1e-5);
+      EXPECT_TRUE(y[r].slice(0, length).eq(std::numeric_limits<float>::lowest()).all().item<bool>());
+    }
+  }
+  const FeatureLogits dynamic_logits = compute_logits(model, store, 5, 0, -1, Padding::kDynamic);
+  const FeatureLogits packed_logits = compute_logits(model, store, 5, 0, -1, Padding::kPacked);
+  const auto dynamic_predictions = postprocess_qa_predictions(store, dynamic_logits.start, dynamic_logits.end, {});
+  const auto packed_predictions = postprocess_qa_predictions(store, packed_logits.start, packed_logits.end, {});
+  ASSERT_EQ(dynamic_predictions.size(), packed_predictions.size());
+  for (size_t e = 0; e < dynamic_predictions.size(); ++e) EXPECT_EQ(dynamic_predictions[e].text, packed_predictions[e].text) << e;
 }
 
 // Logits that point at each feature's label (or at [CLS]) must give back the labelled spans.

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "mpibert/core/io.hpp"
+#include "mpibert/data/batching.hpp"
 #include "mpibert/dist/communicator.hpp"
 #include "mpibert/dist/device.hpp"
 #include "mpibert/model/bert_qa.hpp"
@@ -108,6 +109,39 @@ TEST(Bf16ModelParity, CudaAutocastStaysWithinTheStatedTolerance) {
   SKIP_WITHOUT_GPU();
   set_tf32(false);
   expect_bf16_within_tolerance(fixture_parity(torch::Device(torch::kCUDA, 0), true));
+}
+
+// Packed batches on the GPU (one SDPA call per feature, unmasked, so flash or memory-efficient
+// kernels) give the CPU's packed logits, loss and gradients. fp32 without TF32: only summation
+// order differs, so 1e-4 leaves room for other kernels and still fails for a wrong result.
+TEST(GpuPackedBatches, FollowTheCpu) {
+  SKIP_WITHOUT_GPU();
+  set_tf32(false);
+  test::TempDir dir;
+  test::prepare_shards(dir.path(), test::squad_v1_path(), 0, 12, "train");
+  const FeatureStore store = FeatureStore::open(dir.path());
+  const Batch batch = make_batch(store, {0, 1, 2, 3, 4, 5}, Padding::kPacked);
+  auto run = [&](const torch::Device& device) {
+    torch::manual_seed(3);
+    BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")));
+    model->to(device);
+    model->eval();
+    QAOutput out = model->forward(batch.to(device));
+    out.loss.backward();
+    return std::pair{out, model};
+  };
+  const auto [cpu, cpu_model] = run(torch::kCPU);
+  const auto [gpu, gpu_model] = run(torch::Device(torch::kCUDA, 0));
+  EXPECT_LE(max_abs_diff(gpu.start_logits, cpu.start_logits), 1e-4);
+  EXPECT_LE(max_abs_diff(gpu.end_logits, cpu.end_logits), 1e-4);
+  EXPECT_LE(max_abs_diff(gpu.loss, cpu.loss), 1e-5);
+  double worst = 0;
+  const auto gpu_parameters = gpu_model->named_parameters();
+  for (const auto& item : cpu_model->named_parameters())
+    worst = std::max(worst, max_abs_diff(gpu_parameters[item.key()].grad(), item.value().grad()));
+  EXPECT_LE(worst, 1e-4);
+  std::cout << "  packed on the GPU against the CPU: loss " << gpu.loss.item<double>() << " / " << cpu.loss.item<double>()
+            << ", gradients max |diff| " << worst << "\n";
 }
 
 // One rank: every collective returns its input, exactly, in place where it should.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <limits>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/model/bert_qa.hpp"
@@ -74,6 +75,98 @@ TEST_P(ModelParity, ForwardAndGradientsMatchHuggingFace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FusedAndSeparateQkv, ModelParity, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "fused_qkv" : "separate_qkv"; });
+
+// The fixture's padded rows (real tokens first, then padding) packed end to end, as make_batch
+// packs features.
+Batch pack_rows(const SafetensorsFile& batch) {
+  const torch::Tensor ids = batch.get("input_ids"), types = batch.get("token_type_ids"), mask = batch.get("attention_mask");
+  Batch packed;
+  packed.feature_offsets = {0};
+  std::vector<torch::Tensor> id_rows, type_rows, position_rows;
+  for (int64_t row = 0; row < ids.size(0); ++row) {
+    const int64_t length = mask[row].sum().item<int64_t>();
+    id_rows.push_back(ids[row].slice(0, 0, length));
+    type_rows.push_back(types[row].slice(0, 0, length));
+    position_rows.push_back(torch::arange(length));
+    packed.feature_offsets.push_back(packed.feature_offsets.back() + length);
+    packed.padded_length = std::max(packed.padded_length, length);
+  }
+  packed.input_ids = torch::cat(id_rows);
+  packed.token_type_ids = torch::cat(type_rows);
+  packed.position_ids = torch::cat(position_rows);
+  packed.start_positions = batch.get("start_positions");
+  packed.end_positions = batch.get("end_positions");
+  return packed;
+}
+
+// The QA loss with the padding's logits left out of the softmax: what packed batches compute.
+torch::Tensor loss_without_padding(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
+                                   const torch::Tensor& attention_mask, const SafetensorsFile& batch) {
+  const auto padding = attention_mask.eq(0);
+  const float lowest = std::numeric_limits<float>::lowest();
+  return question_answering_loss(start_logits.masked_fill(padding, lowest), end_logits.masked_fill(padding, lowest),
+                                 batch.get("start_positions"), batch.get("end_positions"));
+}
+
+class PackedParity : public ::testing::TestWithParam<bool> {};
+
+// Packed features (no padding anywhere) give HF's logits and last hidden state on every real
+// token. Their loss leaves out the padding's logits, which HF's padded loss takes into its
+// softmax: it equals that loss computed on HF's own logits with the padding masked, and its
+// gradients equal the padded model's under the same masked loss.
+TEST_P(PackedParity, RealTokensMatchHuggingFaceAndTheLossLeavesPaddingOut) {
+  ModelOptions options;
+  options.fused_qkv = GetParam();
+  const BertConfig config = BertConfig::load(model_fixture("config.json"));
+  BertForQuestionAnswering packed_model(config, options), padded_model(config, options);
+  for (auto* model : {&packed_model, &padded_model}) {
+    load_state(*model, SafetensorsFile::open(model_fixture("model.safetensors")));
+    (*model)->eval();
+  }
+  SafetensorsFile batch = SafetensorsFile::open(model_fixture("batch.safetensors"));
+  SafetensorsFile expected = SafetensorsFile::open(model_fixture("expected.safetensors"));
+  const torch::Tensor mask = batch.get("attention_mask");
+  const Batch packed = pack_rows(batch);
+  QAOutput out = packed_model->forward(packed);
+  out.loss.backward();
+
+  const double tolerance = 1e-5;
+  double worst = 0;
+  for (int64_t row = 0; row < mask.size(0); ++row) {
+    const int64_t begin = packed.feature_offsets[static_cast<size_t>(row)], length = mask[row].sum().item<int64_t>();
+    for (const auto& [name, tensor] :
+         std::vector<std::pair<std::string, torch::Tensor>>{{"start_logits", out.start_logits}, {"end_logits", out.end_logits}}) {
+      worst = std::max(worst, max_abs_diff(tensor[row].slice(0, 0, length), expected.get(name)[row].slice(0, 0, length)));
+      EXPECT_TRUE(tensor[row].slice(0, length).eq(std::numeric_limits<float>::lowest()).all().item<bool>()) << name << " row " << row;
+    }
+    worst = std::max(worst, max_abs_diff(out.sequence_output.slice(0, begin, begin + length),
+                                         expected.get("sequence_output")[row].slice(0, 0, length)));
+  }
+  EXPECT_LE(worst, tolerance);
+  const torch::Tensor hf_loss_without_padding =
+      loss_without_padding(expected.get("start_logits"), expected.get("end_logits"), mask, batch);
+  const double loss_diff = max_abs_diff(out.loss, hf_loss_without_padding);
+  EXPECT_LE(loss_diff, tolerance);
+  std::cout << "  real-token logits and hidden states: max |diff| " << worst << "; loss " << out.loss.item<double>()
+            << " (HF's logits without padding " << hf_loss_without_padding.item<double>() << ", HF's padded loss "
+            << expected.get("loss").item<double>() << ")\n";
+
+  QAOutput padded = padded_model->forward(batch.get("input_ids"), batch.get("token_type_ids"), mask);
+  loss_without_padding(padded.start_logits, padded.end_logits, mask, batch).backward();
+  double worst_gradient = 0;
+  const auto packed_parameters = packed_model->named_parameters();
+  for (const auto& item : padded_model->named_parameters()) {
+    const torch::Tensor& gradient = packed_parameters[item.key()].grad();
+    ASSERT_TRUE(gradient.defined()) << item.key();
+    const double diff = max_abs_diff(gradient, item.value().grad());
+    EXPECT_LE(diff, tolerance) << "grad." << item.key();
+    worst_gradient = std::max(worst_gradient, diff);
+  }
+  std::cout << "  gradients against the padded model's with padding masked: max |diff| " << worst_gradient << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedAndSeparateQkv, PackedParity, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "fused_qkv" : "separate_qkv"; });
 
 TEST(ModelParity, ParameterNamesAndOrderAreHuggingFaces) {

@@ -109,7 +109,8 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--strategy zero9", "--strategy: zero9 not in {ddp,zero1,zero2,fsdp}"},
       {"--device tpu", "--device: tpu not in {auto,cpu,cuda}"},
       {"--comm gloo", "--comm: gloo not in {auto,mpi,nccl}"},
-      {"--padding some", "--padding: some not in {dynamic,full}"},
+      {"--padding some", "--padding: some not in {dynamic,full,packed}"},
+      {"--mpi-collectives tree", "--mpi-collectives: tree not in {ring,openmpi}"},
       {"--overwrite-output-dir --resume auto", "--overwrite-output-dir replaces the run that --resume auto would continue"},
       {"--do_eval", "--do_eval needs --eval-shards"},
   };

@@ -352,37 +352,43 @@ TEST_F(Trainer, ProfileWritesAChromeTraceWithOurPhases) {
   EXPECT_GT(names["aten::mm"] + names["aten::addmm"], 0);  // LibTorch's own operators are there too
 }
 
-// Two accumulated micro-batches of 4 make the same step as one batch of 8 (full padding, no
-// dropout: the loss is a mean over the same 8 features either way). Compared through the logged
-// loss and pre-clip gradient norm: parameters after AdamW would differ where gradients are pure
-// rounding noise (see the model fixture's README).
+// Two accumulated micro-batches of 4 make the same step as one batch of 8 (no dropout: the loss
+// is a mean over the same 8 features either way), padded to full length or packed. Compared
+// through the logged loss and pre-clip gradient norm: parameters after AdamW would differ where
+// gradients are pure rounding noise (see the model fixture's README). The packed runs evaluate
+// packed too, and say so.
 TEST_F(Trainer, GradientAccumulationMatchesOneLargerBatch) {
-  test::TempDir one, two;
-  TrainOptions a = options(one.path()), b = options(two.path());
-  for (TrainOptions* o : {&a, &b}) {
-    o->model_config = test::fixtures_dir() + "/model/config.json";  // dropout 0
-    o->eval_dir.clear();
-    o->padding = Padding::kFull;
-    o->stop_after_steps = 2;
-    o->warmup_steps = 1;
-  }
-  b.batch_size = 4;
-  b.gradient_accumulation = 2;
-  train(a);
-  train(b);
-  // The accumulated gradient's pre-clip norm and the loss, per step, as logged.
-  auto logged = [](const test::TempDir& run) {
-    std::map<std::string, std::vector<float>> series;
-    const std::string dir = run.file("tensorboard");
-    for (const auto& scalar : read_tensorboard_scalars(dir + "/" + test::TempDir::entries_of(dir).front()))
-      series[scalar.tag].push_back(scalar.value);
-    return series;
-  };
-  auto x = logged(one), y = logged(two);
-  for (const char* tag : {"train/grad_norm", "train/loss"}) {
-    ASSERT_EQ(x[tag].size(), 2u) << tag;
-    ASSERT_EQ(y[tag].size(), 2u) << tag;
-    for (size_t step = 0; step < 2; ++step) EXPECT_NEAR(x[tag][step], y[tag][step], 1e-5) << tag << " step " << step + 1;
+  for (Padding padding : {Padding::kFull, Padding::kPacked}) {
+    SCOPED_TRACE(padding_name(padding));
+    test::TempDir one, two;
+    TrainOptions a = options(one.path()), b = options(two.path());
+    for (TrainOptions* o : {&a, &b}) {
+      o->model_config = test::fixtures_dir() + "/model/config.json";  // dropout 0
+      if (padding != Padding::kPacked) o->eval_dir.clear();
+      o->padding = padding;
+      o->max_steps = 2;
+      o->warmup_steps = 1;
+    }
+    b.batch_size = 4;
+    b.gradient_accumulation = 2;
+    const nlohmann::ordered_json results = train(a);
+    train(b);
+    // The accumulated gradient's pre-clip norm and the loss, per step, as logged.
+    auto logged = [](const test::TempDir& run) {
+      std::map<std::string, std::vector<float>> series;
+      const std::string dir = run.file("tensorboard");
+      for (const auto& scalar : read_tensorboard_scalars(dir + "/" + test::TempDir::entries_of(dir).front()))
+        series[scalar.tag].push_back(scalar.value);
+      return series;
+    };
+    auto x = logged(one), y = logged(two);
+    for (const char* tag : {"train/grad_norm", "train/loss"}) {
+      ASSERT_EQ(x[tag].size(), 2u) << tag;
+      ASSERT_EQ(y[tag].size(), 2u) << tag;
+      for (size_t step = 0; step < 2; ++step) EXPECT_NEAR(x[tag][step], y[tag][step], 1e-5) << tag << " step " << step + 1;
+    }
+    EXPECT_EQ(results["parameters"]["padding"], padding_name(padding));
+    if (padding == Padding::kPacked) EXPECT_TRUE(results.contains("eval_f1"));
   }
 }
 

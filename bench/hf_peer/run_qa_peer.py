@@ -2,7 +2,7 @@
 
     run_qa_peer.py features   --file SQUAD --vocab VOCAB
     run_qa_peer.py throughput --train-file SQUAD --vocab VOCAB --config CONFIG.json --batch B --steps N
-                              --threads T --padding full|dynamic [--group-by-length]
+                              --threads T --padding full|dynamic [--group-by-length] [--bf16]
     run_qa_peer.py train      --train-file SQUAD --eval-file SQUAD --model DIR --output-dir DIR [...]
     run_qa_peer.py eval       --eval-file SQUAD --model DIR --output-dir DIR
 
@@ -186,15 +186,26 @@ class StepClock(TrainerCallback):
 
 
 class CountingCollator:
-    """Wraps the collator to count the padded tokens of each batch it builds."""
+    """Wraps the collator to record each batch it builds: its padded length and its samples' real
+    lengths (attention_mask ones). Batches come in training order, so batch k is step k's."""
 
     def __init__(self, collate):
-        self.collate, self.tokens_per_sample = collate, []
+        self.collate, self.batches = collate, []
 
     def __call__(self, items):
         batch = self.collate(items)
-        self.tokens_per_sample.append(batch["input_ids"].shape[1])
+        self.batches.append((batch["input_ids"].shape[1], batch["attention_mask"].sum(dim=1).tolist()))
         return batch
+
+
+def training_flops(config):
+    """mpibert's model FLOPs (src/model/flops.cpp): per real token and per pair of real tokens."""
+    h, layers, i = config.hidden_size, config.num_hidden_layers, config.intermediate_size
+    # Per layer: query, key, value and output (4 h^2), intermediate and output (2 h i); the QA
+    # head's 2 h. A multiply-add is 2 FLOPs; forward + backward is 3 x forward.
+    matmul_weights = layers * (4 * h * h + 2 * h * i) + 2 * h
+    # Per layer and pair of tokens: Q K^T and the probabilities times V, h multiply-adds each.
+    return 6 * matmul_weights, 6 * (layers * 2 * h)
 
 
 def make_tokenizer(vocab):
@@ -214,7 +225,7 @@ def training_arguments(args, output_dir, max_steps, logging_steps, group_by_leng
         max_grad_norm=1.0, max_steps=max_steps, seed=args.seed,
         group_by_length=args.group_by_length if group_by_length is None else group_by_length,
         logging_steps=logging_steps, save_strategy="no", report_to="none", use_cpu=True,
-        dataloader_num_workers=0, disable_tqdm=True)
+        bf16=args.bf16, dataloader_num_workers=0, disable_tqdm=True)
 
 
 def set_threads(threads):
@@ -243,17 +254,28 @@ def cmd_throughput(args):
     features = prepare_train_features(tokenizer, load_squad(args.train_file), args.max_seq_length,
                                       args.doc_stride, pad_to_max_length=args.padding == "full")
     transformers.set_seed(args.seed)
-    model = BertForQuestionAnswering(BertConfig.from_json_file(args.config))
+    config = BertConfig.from_json_file(args.config)
+    model = BertForQuestionAnswering(config)
     clock, collator = StepClock(), CountingCollator(make_collator(tokenizer, args.padding))
     trainer = Trainer(model=model, args=training_arguments(args, args.scratch, args.steps + 1, 10 ** 9),
                       train_dataset=Features(features, MODEL_INPUTS + LABELS), data_collator=collator,
                       callbacks=[clock])
     trainer.train()
+    # The timed window runs from the warm-up step's end to the last step's: steps 2..N+1, whose
+    # batches are the collator's 2nd..(N+1)th (the dataloader may have built one more ahead).
     seconds = clock.step_ends[-1] - clock.step_ends[0]
-    tokens = collator.tokens_per_sample[1:args.steps + 1]
-    print(json.dumps({"samples_per_second": args.steps * args.batch / seconds,
-                      "tokens_per_sample": sum(tokens) / len(tokens), "steps": args.steps, "batch": args.batch,
-                      "threads": torch.get_num_threads(), "padding": args.padding,
+    timed = collator.batches[1:args.steps + 1]
+    lengths = [n for _, real in timed for n in real]
+    padded = sum(width * len(real) for width, real in timed)
+    per_token, per_token_pair = training_flops(config)
+    # As mpibert counts them: on real tokens only, whatever the padding computes besides.
+    flops = per_token * sum(lengths) + per_token_pair * sum(n * n for n in lengths)
+    variant = "grouped" if args.group_by_length else args.padding
+    print(json.dumps({"samples_per_second": len(lengths) / seconds, "tokens_per_sample": padded / len(lengths),
+                      "real_tokens_per_sample": sum(lengths) / len(lengths),
+                      "model_flops_per_sample": flops / len(lengths), "model_flops_per_second": flops / seconds,
+                      "precision": "bf16" if args.bf16 else "fp32", "steps": args.steps, "batch": args.batch,
+                      "threads": torch.get_num_threads(), "variant": variant, "padding": args.padding,
                       "group_by_length": args.group_by_length}))
 
 
@@ -344,6 +366,7 @@ def parse_args(argv):
         p.add_argument("--seed", type=int, default=42)
         p.add_argument("--padding", choices=["full", "dynamic"], default="full")
         p.add_argument("--group-by-length", action="store_true")
+        p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True): bf16 autocast on CPU")
         p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
 
     p = sub.add_parser("features", help="feature counts of run_qa's train and validation preprocessing")
@@ -373,7 +396,7 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.command == "eval":  # what training_arguments reads
         args.batch, args.learning_rate, args.weight_decay, args.warmup_ratio, args.seed = 1, 0.0, 0.0, 0.0, 42
-        args.group_by_length = False
+        args.group_by_length, args.bf16 = False, False
     if args.command in ("features", "throughput") and not args.vocab:
         parser.error("--vocab is required")
     return args

@@ -10,7 +10,9 @@
 # OUT_DIR/allreduce-<rate>-<p>r.txt. Needs root and a build (bash scripts/build.sh); about 15 min
 # on 2 cores. Run it on an idle machine: 3 ranks already share 2 cores.
 # Environment: STEPS (timed steps per run, default 12), BATCH (per rank, default 8), RATES (the link
-# rates to measure, default "100 1000 unlimited"; the others' files are left as they are).
+# rates to measure, default "100 1000 unlimited"; the others' files are left as they are),
+# COLLECTIVES (the MPI backend's algorithm, --mpi-collectives: ring, the default, or openmpi; the
+# runs before the ring were measured with openmpi).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/scripts/env.sh"
@@ -19,6 +21,7 @@ bin=${MPIBERT_BIN_DIR:-$root/build/bin}
 out=$(mkdir -p "${1:-$root/results/scaling_model/measured}" && cd "${1:-$root/results/scaling_model/measured}" && pwd)
 steps=${STEPS:-12}
 batch=${BATCH:-8}
+collectives=${COLLECTIVES:-ring}
 [ "$(id -u)" -eq 0 ] || { echo "measure.sh: the test hosts need root" >&2; exit 1; }
 for f in mpibert mpibert-prep bench_allreduce; do
   [ -x "$bin/$f" ] || { echo "measure.sh: $bin/$f not built (bash scripts/build.sh)" >&2; exit 1; }
@@ -33,8 +36,8 @@ vocab=$root/data_prep/data/bert-base-uncased/vocab.txt
 "$bin/mpibert-prep" split "$root/data_prep/data/squad/dev-v1.1.json.gz" --articles 0:8 --out "$work/train.json" > /dev/null
 "$bin/mpibert-prep" --input "$work/train.json" --vocab "$vocab" --out "$work/shards" --split train --log-level warn
 
-link_json() {  # RATE_MBIT|null HOSTS BUCKET STRATEGY
-  printf '{"rate_mbit": %s, "delay_ms": 0, "hosts": %s, "bucket_mb": %s, "strategy": "%s"}\n' "$@"
+link_json() {  # RATE_MBIT|null HOSTS BUCKET STRATEGY COLLECTIVES
+  printf '{"rate_mbit": %s, "delay_ms": 0, "hosts": %s, "bucket_mb": %s, "strategy": "%s", "mpi_collectives": "%s"}\n' "$@"
 }
 
 strategies_at() {  # RATE -> "STRATEGY BUCKET_MB" lines
@@ -53,7 +56,7 @@ for rate in ${RATES:-100 1000 unlimited}; do
     # Up to 8 MiB: past the small model's buckets (1 MiB, then 15.7 MiB) the bytes term is fitted;
     # few iterations, as 100 Mbit/s makes a large one take seconds.
     echo "measure.sh: bench_allreduce, $p hosts, $rate Mbit/s"
-    bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/bench_allreduce --op all --min-bytes 1K --max-bytes 16M" \
+    bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/bench_allreduce --op all --min-bytes 1K --max-bytes 16M --mpi-collectives $collectives" \
       "--factor 4 --warmup 2 --iters 5" > "$work/bench.out" 2> "$work/bench.log" ||
       { cat "$work/bench.log" >&2; exit 1; }
     sed -n '/^# mpibert bench_allreduce/,$p' "$work/bench.out" > "$out/allreduce-$rate-${p}r.txt"  # not mpirun's map
@@ -66,10 +69,10 @@ for rate in ${RATES:-100 1000 unlimited}; do
       bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/mpibert train --model-config $root/configs/small-bert.json" \
         "--vocab $vocab --train-shards $work/shards --output-dir $work/run --strategy $strategy --bucket-mb $bucket" \
         "--batch-size $batch --padding full --max-steps $steps --threads 1 --seed 7 --logging-steps 1 --save-steps 0" \
-        "--collective-timeout 300" > "$work/train.log" 2>&1 || { tail -30 "$work/train.log" >&2; exit 1; }
+        "--collective-timeout 300 --mpi-collectives $collectives" > "$work/train.log" 2>&1 || { tail -30 "$work/train.log" >&2; exit 1; }
       mkdir -p "$out/$name"
       cp "$work/run/results.json" "$work/run/metrics.jsonl" "$out/$name/"
-      link_json "$([ "$rate" = unlimited ] && echo null || echo "$rate")" "$p" "$bucket" "$strategy" > "$out/$name/link.json"
+      link_json "$([ "$rate" = unlimited ] && echo null || echo "$rate")" "$p" "$bucket" "$strategy" "$collectives" > "$out/$name/link.json"
     done
   done
 done

@@ -69,8 +69,10 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--warmup-ratio,--warmup_ratio", o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
   c->add_option("--max-grad-norm", o.max_grad_norm)->capture_default_str();
   c->add_option("--seed", o.seed)->capture_default_str();
-  c->add_option("--padding", impl_->padding, "dynamic (to the longest in the batch, multiple of 8) or full")
-      ->check(CLI::IsMember({"dynamic", "full"}))
+  c->add_option("--padding", impl_->padding,
+                "dynamic (to the longest in the batch, multiple of 8), full, or packed (no padding: the batch's features end "
+                "to end, attention within each)")
+      ->check(CLI::IsMember({"dynamic", "full", "packed"}))
       ->capture_default_str();
   c->add_flag("--group-by-length", o.group_by_length, "batches of similar length (HF's group_by_length): less padding");
   c->add_option("--stop-after-steps", o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
@@ -88,6 +90,11 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->capture_default_str();
   c->add_option("--comm", o.comm, "with several ranks: auto (NCCL on GPUs, else MPI), mpi or nccl")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
+      ->capture_default_str();
+  c->add_option("--mpi-collectives", o.mpi_collectives,
+                "the MPI backend's algorithm: ring (mpibert's ring for buffers from 256 KiB, the bandwidth optimum) or "
+                "openmpi (Open MPI's tuned choice)")
+      ->check(CLI::IsMember({"ring", "openmpi"}))
       ->capture_default_str();
   c->add_flag("--bf16", o.model.autocast_bf16, "bf16 autocast, float32 master weights");
   c->add_flag("--tf32", o.tf32, "TF32 for float32 matrix products on GPUs");
@@ -123,6 +130,9 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   impl_->eval->add_option("--data", impl_->data_dir, "shards prepared with mpibert-prep --split eval")->required();
   impl_->eval->add_option("--output-dir", impl_->output_dir, "where predictions and metrics go")->required();
   impl_->eval->add_option("--batch-size", impl_->batch_size)->capture_default_str();
+  impl_->eval->add_option("--padding", impl_->padding, "dynamic or packed (the same predictions; packed has no padding in its loss)")
+      ->check(CLI::IsMember({"dynamic", "packed"}))
+      ->capture_default_str();
   impl_->eval->add_option("--null-score-diff-threshold", impl_->postprocess.null_score_diff_threshold)->capture_default_str();
   impl_->predict->add_option("--context", impl_->context)->required();
   impl_->predict->add_option("--question", impl_->question)->required();
@@ -169,7 +179,8 @@ int ModelCommands::run() {
 int ModelCommands::Impl::run_eval() {
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
   model->to(select_device(device, local_rank()));
-  EvalResult result = evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess);
+  EvalResult result =
+      evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess, parse_padding(padding, "--padding"));
   if (world_rank() != 0) return 0;
   // run_qa's eval_results.json (HF's names, sorted keys), and the number of ranks that evaluated.
   nlohmann::json metrics = eval_metrics_as_hf(result, world_size());
@@ -223,7 +234,7 @@ void ModelCommands::Impl::check_command_line() {
 int ModelCommands::Impl::run_train() {
   // Every rank checks the same options; the lowest failing rank reports (the others leave quietly).
   agree_on(Ranks::of_world(), [&] { check_command_line(); });
-  options.padding = padding == "full" ? Padding::kFull : Padding::kDynamic;
+  options.padding = parse_padding(padding, "--padding");
   options.parallel.strategy = parse_strategy(strategy);
   options.config_record = "[train]\n" + train->config_to_str(true, true);
   nlohmann::ordered_json results = mpibert::train(options);

@@ -3,54 +3,114 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
-#include <optional>
+
+#include "mpibert/core/error.hpp"
 
 namespace mpibert {
+
+const char* padding_name(Padding padding) {
+  switch (padding) {
+    case Padding::kDynamic: return "dynamic";
+    case Padding::kFull: return "full";
+    case Padding::kPacked: return "packed";
+  }
+  return "?";
+}
+
+Padding parse_padding(const std::string& name, const std::string& origin) {
+  for (Padding padding : {Padding::kDynamic, Padding::kFull, Padding::kPacked})
+    if (name == padding_name(padding)) return padding;
+  throw InputError(describe(origin, "'" + name + "'", "is not a padding (dynamic, full, packed)"));
+}
+
+namespace {
+
+// Token type 1 from the context on, the final [SEP] included (HF's sequence ids).
+int64_t token_type(const FeatureView& feature, int32_t t) { return t >= feature.context_start ? 1 : 0; }
+
+void add_answer_and_counts(Batch& batch, const FeatureView& feature, int64_t row) {
+  batch.start_positions[row] = feature.start_position;
+  batch.end_positions[row] = feature.end_position;
+  batch.real_tokens += feature.length;
+  batch.real_token_pairs += static_cast<int64_t>(feature.length) * feature.length;
+}
+
+void make_padded(Batch& batch, const FeatureStore& store, Padding padding, int64_t pad_token_id,
+                 const torch::TensorOptions& options) {
+  const auto rows = static_cast<int64_t>(batch.feature_indices.size());
+  const int64_t max_seq_length = store.manifest().params.max_seq_length;
+  int64_t longest = 0;
+  for (int64_t index : batch.feature_indices) longest = std::max<int64_t>(longest, store.feature(index).length);
+  batch.padded_length = padding == Padding::kFull ? max_seq_length : std::min(max_seq_length, (longest + 7) / 8 * 8);
+  batch.input_ids = torch::full({rows, batch.padded_length}, pad_token_id, options);
+  batch.token_type_ids = torch::zeros({rows, batch.padded_length}, options);
+  batch.attention_mask = torch::zeros({rows, batch.padded_length}, options);
+  auto ids = batch.input_ids.accessor<int64_t, 2>();
+  auto types = batch.token_type_ids.accessor<int64_t, 2>();
+  auto mask = batch.attention_mask.accessor<int64_t, 2>();
+  for (int64_t row = 0; row < rows; ++row) {
+    const FeatureView feature = store.feature(batch.feature_indices[static_cast<size_t>(row)]);
+    for (int32_t t = 0; t < feature.length; ++t) {
+      ids[row][t] = feature.input_ids[t];
+      types[row][t] = token_type(feature, t);
+      mask[row][t] = 1;
+    }
+    add_answer_and_counts(batch, feature, row);
+  }
+}
+
+void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOptions& options) {
+  batch.feature_offsets = {0};
+  for (int64_t index : batch.feature_indices) {
+    const int64_t length = store.feature(index).length;
+    batch.feature_offsets.push_back(batch.feature_offsets.back() + length);
+    batch.padded_length = std::max(batch.padded_length, length);
+  }
+  const int64_t tokens = batch.feature_offsets.back();
+  batch.input_ids = torch::empty({tokens}, options);
+  batch.token_type_ids = torch::empty({tokens}, options);
+  batch.position_ids = torch::empty({tokens}, options);
+  int64_t* ids = batch.input_ids.data_ptr<int64_t>();
+  int64_t* types = batch.token_type_ids.data_ptr<int64_t>();
+  int64_t* positions = batch.position_ids.data_ptr<int64_t>();
+  for (size_t row = 0; row < batch.feature_indices.size(); ++row) {
+    const FeatureView feature = store.feature(batch.feature_indices[row]);
+    const int64_t offset = batch.feature_offsets[row];
+    for (int32_t t = 0; t < feature.length; ++t) {
+      ids[offset + t] = feature.input_ids[t];
+      types[offset + t] = token_type(feature, t);
+      positions[offset + t] = t;
+    }
+    add_answer_and_counts(batch, feature, static_cast<int64_t>(row));
+  }
+}
+
+}  // namespace
 
 Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding,
                  int64_t pad_token_id, bool pin_memory) {
   Batch batch;
   batch.feature_indices = feature_indices;
-  const auto rows = static_cast<int64_t>(feature_indices.size());
-  const int64_t max_seq_length = store.manifest().params.max_seq_length;
-  int64_t longest = 0;
-  for (int64_t index : feature_indices) longest = std::max<int64_t>(longest, store.feature(index).length);
-  batch.padded_length = padding == Padding::kFull ? max_seq_length : std::min(max_seq_length, (longest + 7) / 8 * 8);
-
   const auto options = torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin_memory);
-  batch.input_ids = torch::full({rows, batch.padded_length}, pad_token_id, options);
-  batch.token_type_ids = torch::zeros({rows, batch.padded_length}, options);
-  batch.attention_mask = torch::zeros({rows, batch.padded_length}, options);
+  const auto rows = static_cast<int64_t>(feature_indices.size());
   batch.start_positions = torch::empty({rows}, options);
   batch.end_positions = torch::empty({rows}, options);
-  auto ids = batch.input_ids.accessor<int64_t, 2>();
-  auto types = batch.token_type_ids.accessor<int64_t, 2>();
-  auto mask = batch.attention_mask.accessor<int64_t, 2>();
-  auto starts = batch.start_positions.accessor<int64_t, 1>();
-  auto ends = batch.end_positions.accessor<int64_t, 1>();
-  for (int64_t row = 0; row < rows; ++row) {
-    const FeatureView feature = store.feature(feature_indices[static_cast<size_t>(row)]);
-    for (int32_t t = 0; t < feature.length; ++t) {
-      ids[row][t] = feature.input_ids[t];
-      types[row][t] = t >= feature.context_start ? 1 : 0;  // context and the final [SEP]
-      mask[row][t] = 1;
-    }
-    starts[row] = feature.start_position;
-    ends[row] = feature.end_position;
-    batch.real_tokens += feature.length;
-    batch.real_token_pairs += static_cast<int64_t>(feature.length) * feature.length;
-  }
+  if (padding == Padding::kPacked)
+    make_packed(batch, store, options);
+  else
+    make_padded(batch, store, padding, pad_token_id, options);
   return batch;
 }
 
 Batch Batch::to(const torch::Device& device) const {
   if (device.is_cpu()) return *this;
   Batch moved = *this;
-  for (torch::Tensor* tensor : {&moved.input_ids, &moved.token_type_ids, &moved.attention_mask, &moved.start_positions,
-                                &moved.end_positions})
-    *tensor = tensor->to(device, /*non_blocking=*/true);
+  for (torch::Tensor* tensor : {&moved.input_ids, &moved.token_type_ids, &moved.attention_mask, &moved.position_ids,
+                                &moved.start_positions, &moved.end_positions})
+    if (tensor->defined()) *tensor = tensor->to(device, /*non_blocking=*/true);
   return moved;
 }
 

@@ -9,8 +9,17 @@
 
 namespace mpibert {
 
+MpiCollectives MpiCollectives::parse(const std::string& algorithm, const std::string& origin) {
+  if (algorithm != "ring" && algorithm != "openmpi")
+    throw InputError(describe(origin, "'" + algorithm + "'", "is not an MPI collective algorithm (ring, openmpi)"));
+  MpiCollectives collectives;
+  collectives.algorithm = algorithm;
+  return collectives;
+}
+
 std::unique_ptr<Communicator> make_communicator(const std::string& device_option, const std::string& comm_option,
-                                                const torch::Device& device, double timeout_seconds) {
+                                                const torch::Device& device, double timeout_seconds,
+                                                const MpiCollectives& mpi_collectives) {
   BackendChoice choice;
   try {
     const std::vector<RankPlacement> placements = gather_placements(device);
@@ -23,7 +32,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& device_option
   }
   if (!choice.warning.empty() && world_rank() == 0) spdlog::warn("--comm {}: {}", comm_option, choice.warning);
   if (choice.backend == "nccl") return make_nccl_communicator(device.index(), timeout_seconds);
-  return make_mpi_communicator(timeout_seconds);
+  return make_mpi_communicator(timeout_seconds, mpi_collectives);
 }
 
 }  // namespace mpibert

@@ -27,8 +27,10 @@ SquadDataset gold_answers(const FeatureStore& store, const std::string& origin) 
 
 }  // namespace
 
+Padding eval_padding(Padding training) { return training == Padding::kPacked ? Padding::kPacked : Padding::kDynamic; }
+
 FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size, int64_t first,
-                             int64_t last) {
+                             int64_t last, Padding padding) {
   if (last < 0) last = store.num_features();
   const torch::Device device = model->parameters().front().device();
   const bool was_training = model->is_training();
@@ -40,9 +42,8 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
   for (int64_t begin = first; begin < last; begin += batch_size) {
     std::vector<int64_t> indices;
     for (int64_t i = begin; i < std::min(begin + batch_size, last); ++i) indices.push_back(i);
-    const Batch batch = make_batch(store, indices, Padding::kDynamic).to(device);
-    QAOutput out = model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions,
-                                  batch.end_positions);
+    const Batch batch = make_batch(store, indices, padding).to(device);
+    QAOutput out = model->forward(batch);
     logits.loss_sum += out.loss.item<double>() * static_cast<double>(indices.size());
     auto starts = out.start_logits.to(torch::kCPU, torch::kFloat).contiguous();
     auto ends = out.end_logits.to(torch::kCPU, torch::kFloat).contiguous();
@@ -59,7 +60,7 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
 }
 
 EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
-                    int64_t batch_size, const PostprocessOptions& postprocess) {
+                    int64_t batch_size, const PostprocessOptions& postprocess, Padding padding) {
   const auto start = Clock::now();
   const Ranks ranks = Ranks::of_world();
   // Whole batches per rank, the same batches one rank would make: the logits do not depend on
@@ -67,7 +68,7 @@ EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, 
   const int64_t n = store.num_features(), batches = (n + batch_size - 1) / batch_size;
   const int64_t first = std::min(n, batches * ranks.rank / ranks.size * batch_size);
   const int64_t last = std::min(n, batches * (ranks.rank + 1) / ranks.size * batch_size);
-  FeatureLogits logits = compute_logits(model, store, batch_size, first, last);
+  FeatureLogits logits = compute_logits(model, store, batch_size, first, last, padding);
   if (ranks.size > 1) {
     std::vector<float> mine;
     for (int64_t i = first; i < last; ++i) {

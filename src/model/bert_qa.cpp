@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <tuple>
+#include <utility>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
@@ -177,8 +180,10 @@ BertEmbeddingsImpl::BertEmbeddingsImpl(const BertConfig& config) {
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout_prob));
 }
 
-torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids) {
-  const auto positions = torch::arange(input_ids.size(1), input_ids.options().dtype(torch::kLong));
+torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                                          const torch::Tensor& position_ids) {
+  const auto positions =
+      position_ids.defined() ? position_ids : torch::arange(input_ids.size(1), input_ids.options().dtype(torch::kLong));
   // HF's order of additions: words + token types, then positions.
   auto embeddings = word_embeddings(input_ids) + token_type_embeddings(token_type_ids);
   embeddings = embeddings + position_embeddings(positions);
@@ -193,28 +198,48 @@ BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& config, const Mod
   dropout = register_module("dropout", torch::nn::Dropout(config.attention_probs_dropout_prob));
 }
 
-torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask) {
-  const int64_t batch = hidden.size(0), seq = hidden.size(1);
-  torch::Tensor q, k, v;
-  if (fused_qkv_) {
-    // One GEMM over the concatenated weights reads the activations once instead of three times.
-    auto qkv = torch::nn::functional::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
-                                             torch::cat({query->bias, key->bias, value->bias}));
-    auto parts = qkv.view({batch, seq, 3, heads_, head_size_}).permute({2, 0, 3, 1, 4});  // [3, batch, heads, seq, head]
-    q = parts[0];
-    k = parts[1];
-    v = parts[2];
-  } else {
-    auto split_heads = [&](const torch::Tensor& x) { return x.view({batch, seq, heads_, head_size_}).permute({0, 2, 1, 3}); };
-    q = split_heads(query(hidden));
-    k = split_heads(key(hidden));
-    v = split_heads(value(hidden));
-  }
+std::array<torch::Tensor, 3> BertSelfAttentionImpl::project_qkv(const torch::Tensor& hidden) {
+  auto shape = hidden.sizes().vec();  // [..., seq, hidden]
+  const int64_t seq_dim = hidden.dim() - 2;
+  auto split_heads = [&](const torch::Tensor& x) {
+    auto heads_shape = shape;
+    heads_shape.back() = heads_;
+    heads_shape.push_back(head_size_);
+    return x.view(heads_shape).transpose(seq_dim, seq_dim + 1);  // [..., heads, seq, head_size]
+  };
+  if (!fused_qkv_) return {split_heads(query(hidden)), split_heads(key(hidden)), split_heads(value(hidden))};
+  // One GEMM over the concatenated weights reads the activations once instead of three times.
+  auto qkv = torch::nn::functional::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
+                                           torch::cat({query->bias, key->bias, value->bias}));
+  auto parts = qkv.chunk(3, -1);
+  return {split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2])};
+}
+
+torch::Tensor BertSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                            const torch::Tensor& mask) {
   // Flash / memory-efficient kernels on GPU where the mask allows, a fused CPU kernel otherwise;
   // the additive padding mask is HF's, so the math is HF's eager attention.
-  const torch::Tensor context =
-      at::scaled_dot_product_attention(q, k, v, additive_mask.to(q.dtype()), is_training() ? dropout->options.p() : 0.0);
-  return context.permute({0, 2, 1, 3}).reshape({batch, seq, heads_ * head_size_});
+  const double dropout_p = is_training() ? dropout->options.p() : 0.0;
+  const std::optional<torch::Tensor> attention_mask = mask.defined() ? std::optional(mask.to(q.dtype())) : std::nullopt;
+  auto context = at::scaled_dot_product_attention(q, k, v, attention_mask, dropout_p);
+  const int64_t seq_dim = context.dim() - 2;
+  auto merged = context.transpose(seq_dim - 1, seq_dim);  // [..., seq, heads, head_size]
+  return merged.flatten(-2);
+}
+
+torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const TokenLayout& layout) {
+  auto [q, k, v] = project_qkv(hidden);
+  if (!layout.packed()) return attend(q, k, v, layout.additive_mask);
+  // Packed [heads, tokens, head_size]: each feature attends to itself alone, with no mask to
+  // apply, so SDPA takes its unmasked (flash) kernels. One call per feature.
+  std::vector<torch::Tensor> contexts;
+  contexts.reserve(layout.feature_offsets.size() - 1);
+  for (size_t f = 0; f + 1 < layout.feature_offsets.size(); ++f) {
+    const int64_t begin = layout.feature_offsets[f], end = layout.feature_offsets[f + 1];
+    auto feature = [&](const torch::Tensor& x) { return x.slice(1, begin, end).unsqueeze(0); };
+    contexts.push_back(attend(feature(q), feature(k), feature(v), {}).squeeze(0));
+  }
+  return torch::cat(contexts);
 }
 
 BertResidualOutputImpl::BertResidualOutputImpl(int64_t in_features, const BertConfig& config) {
@@ -232,8 +257,8 @@ BertAttentionImpl::BertAttentionImpl(const BertConfig& config, const ModelOption
   output = register_module("output", BertResidualOutput(config.hidden_size, config));
 }
 
-torch::Tensor BertAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask) {
-  return output(self(hidden, additive_mask), hidden);
+torch::Tensor BertAttentionImpl::forward(const torch::Tensor& hidden, const TokenLayout& layout) {
+  return output(self(hidden, layout), hidden);
 }
 
 BertIntermediateImpl::BertIntermediateImpl(const BertConfig& config) : activation_(config.hidden_act) {
@@ -253,8 +278,8 @@ BertLayerImpl::BertLayerImpl(const BertConfig& config, const ModelOptions& optio
   output = register_module("output", BertResidualOutput(config.intermediate_size, config));
 }
 
-torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask) {
-  auto attended = attention(hidden, additive_mask);
+torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const TokenLayout& layout) {
+  auto attended = attention(hidden, layout);
   return output(intermediate(attended), attended);
 }
 
@@ -263,10 +288,10 @@ BertEncoderImpl::BertEncoderImpl(const BertConfig& config, const ModelOptions& o
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) layer->push_back(BertLayer(config, options));
 }
 
-torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const torch::Tensor& additive_mask, UnitHooks* hooks) {
+torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks) {
   size_t unit = 1;
   for (const auto& module : *layer)
-    hidden = run_unit(hooks, unit++, [&] { return module->as<BertLayerImpl>()->forward(hidden, additive_mask); });
+    hidden = run_unit(hooks, unit++, [&] { return module->as<BertLayerImpl>()->forward(hidden, layout); });
   return hidden;
 }
 
@@ -278,7 +303,14 @@ BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& optio
 torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                      const torch::Tensor& attention_mask, UnitHooks* hooks) {
   auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids); });
-  return encoder(hidden, additive_attention_mask(attention_mask, hidden.scalar_type()), hooks);
+  return encoder(hidden, TokenLayout{additive_attention_mask(attention_mask, hidden.scalar_type()), {}}, hooks);
+}
+
+torch::Tensor BertModelImpl::forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                                            const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
+                                            UnitHooks* hooks) {
+  auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids, position_ids); });
+  return encoder(hidden, TokenLayout{{}, feature_offsets}, hooks);
 }
 
 torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
@@ -318,14 +350,49 @@ void BertForQuestionAnsweringImpl::init_weights() {
   }
 }
 
+namespace {
+
+// Logits [tokens, 2] of packed features -> float32 start and end [features, longest], float32's
+// lowest past each feature's end. Out of place, so the gradient flows back to the packed logits.
+std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logits, const Batch& batch) {
+  const int64_t features = static_cast<int64_t>(batch.feature_offsets.size()) - 1;
+  std::vector<int64_t> lengths;
+  for (int64_t f = 0; f < features; ++f) lengths.push_back(batch.feature_offsets[f + 1] - batch.feature_offsets[f]);
+  const auto index_options = batch.position_ids.options();
+  const auto feature_of_token =
+      torch::repeat_interleave(torch::arange(features, index_options), torch::tensor(lengths, index_options));
+  // float32 whatever the logits' precision: the loss takes them in float32 anyway (as HF's under
+  // autocast), and bf16 has no float32 lowest.
+  const auto lowest =
+      torch::full({features, batch.padded_length}, std::numeric_limits<float>::lowest(), logits.options().dtype(torch::kFloat));
+  auto unpack = [&](int64_t column) {
+    return lowest.index_put({feature_of_token, batch.position_ids}, logits.select(-1, column).to(torch::kFloat));
+  };
+  return {unpack(0), unpack(1)};
+}
+
+}  // namespace
+
+QAOutput BertForQuestionAnsweringImpl::forward(const Batch& batch) {
+  if (!batch.packed())
+    return forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions, batch.end_positions);
+  QAOutput out;
+  Bf16AutocastGuard autocast(options_.autocast_bf16, batch.input_ids.device().type());
+  out.sequence_output =
+      bert->forward_packed(batch.input_ids, batch.token_type_ids, batch.position_ids, batch.feature_offsets, unit_hooks_);
+  auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });
+  std::tie(out.start_logits, out.end_logits) = unpack_logits(logits, batch);
+  out.loss = question_answering_loss(out.start_logits, out.end_logits, batch.start_positions, batch.end_positions);
+  return out;
+}
+
 QAOutput BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                                 const torch::Tensor& attention_mask, const torch::Tensor& start_positions,
                                                 const torch::Tensor& end_positions) {
   QAOutput out;
   Bf16AutocastGuard autocast(options_.autocast_bf16, input_ids.device().type());
   out.sequence_output = bert(input_ids, token_type_ids, attention_mask, unit_hooks_);
-  const size_t qa_unit = static_cast<size_t>(config_.num_hidden_layers) + 1;
-  auto logits = run_unit(unit_hooks_, qa_unit, [&] { return qa_outputs(out.sequence_output); });
+  auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });
   out.start_logits = logits.select(-1, 0).contiguous();
   out.end_logits = logits.select(-1, 1).contiguous();
   if (start_positions.defined() && end_positions.defined())

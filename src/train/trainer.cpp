@@ -54,7 +54,7 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& 
           {"warmup_ratio", o.warmup_ratio},
           {"max_grad_norm", o.max_grad_norm},
           {"seed", o.seed},
-          {"padding", o.padding == Padding::kDynamic ? "dynamic" : "full"},
+          {"padding", padding_name(o.padding)},
           {"group_by_length", o.group_by_length},
           {"stop_after_steps", o.stop_after_steps},
           {"save_steps", o.save_steps},
@@ -64,6 +64,7 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& 
           {"bucket_mb", o.parallel.bucket_mb},
           {"device", o.device},
           {"comm", o.comm},
+          {"mpi_collectives", o.mpi_collectives},
           {"bf16", o.model.autocast_bf16},
           {"tf32", o.tf32}};
 }
@@ -258,7 +259,9 @@ void Trainer::set_up_schedule() {
 void Trainer::set_up_parallel() {
   AdamWOptions adam;
   adam.weight_decay = options_.weight_decay;
-  if (ranks_.size > 1) communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout());
+  if (ranks_.size > 1)
+    communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout(),
+                                      MpiCollectives::parse(options_.mpi_collectives, "--mpi-collectives"));
   parallel_ = std::make_unique<DataParallel>(model(), communicator_, adam, options_.parallel);
   if (!resume_from_.empty()) {
     agree_on(ranks_, [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), state_.world_size, *parallel_, device_); });
@@ -333,8 +336,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
   for (int64_t micro = 0; micro < accumulation; ++micro, ++state_.micro_batches_done) {
     const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
     const torch::Tensor loss = timed(phases_.forward, "mpibert::forward", [&] {
-      return model()->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions, batch.end_positions)
-                 .loss / static_cast<double>(accumulation);
+      return model()->forward(batch).loss / static_cast<double>(accumulation);
     });
     timed(phases_.backward, "mpibert::backward", [&] {
       parallel_->begin_backward(/*synchronize=*/micro + 1 == accumulation);
@@ -413,7 +415,8 @@ void Trainer::run_evaluation() {
   timed(phases_.eval, "mpibert::eval", [&] {
     if (!eval_store_) agree_on(ranks_, [&] { eval_store_ = FeatureStore::open(options_.eval_dir); });
     const WholeParameters whole(*parallel_);  // fsdp: each rank evaluates its own share, at its own pace
-    last_eval_ = evaluate(model(), *eval_store_, options_.output_dir, options_.eval_batch_size, options_.postprocess);
+    last_eval_ = evaluate(model(), *eval_store_, options_.output_dir, options_.eval_batch_size, options_.postprocess,
+                          eval_padding(options_.padding));
   });
   last_eval_step_ = state_.global_step;
   log_->add_evaluation(state_.global_step, epochs_at(state_.global_step), *last_eval_);
@@ -476,7 +479,7 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
                            {"warmup_steps", warmup_},
                            {"max_grad_norm", options_.max_grad_norm},
                            {"seed", options_.seed},
-                           {"padding", options_.padding == Padding::kDynamic ? "dynamic" : "full"},
+                           {"padding", padding_name(options_.padding)},
                            {"group_by_length", options_.group_by_length},
                            {"total_steps", total_steps_},
                            {"device", device_.str()},

@@ -1,27 +1,39 @@
 // Feature shards -> model input tensors. Dynamic padding (the default) pads a batch to its
-// longest real length rounded up to a multiple of 8; full padding pads to max_seq_length.
-// Logits of real tokens are the same either way (the additive mask removes padding exactly).
+// longest real length rounded up to a multiple of 8; full padding pads to max_seq_length; packed
+// batches have no padding at all: the features' tokens end to end in one sequence, with their
+// offsets. Logits of real tokens are the same every way (the additive mask removes padding exactly,
+// packed attention stays within each feature).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <future>
+#include <string>
 #include <vector>
 
 #include "mpibert/data/shards.hpp"
 
 namespace mpibert {
 
-enum class Padding { kDynamic, kFull };
+enum class Padding { kDynamic, kFull, kPacked };
+
+// "dynamic", "full", "packed"; parse_padding throws InputError naming `origin` for anything else.
+const char* padding_name(Padding padding);
+Padding parse_padding(const std::string& name, const std::string& origin);
 
 struct Batch {
-  torch::Tensor input_ids, token_type_ids, attention_mask;  // [batch, padded_length] int64
+  // Padded: [batch, padded_length] int64. Packed: input_ids and token_type_ids [tokens], the
+  // attention mask undefined, position_ids [tokens] (each feature counts from 0).
+  torch::Tensor input_ids, token_type_ids, attention_mask, position_ids;
   torch::Tensor start_positions, end_positions;             // [batch] int64
   std::vector<int64_t> feature_indices;                     // global indices, in batch order
-  int64_t padded_length = 0;
+  // Packed only: feature f holds tokens [feature_offsets[f], feature_offsets[f + 1]).
+  std::vector<int64_t> feature_offsets;
+  int64_t padded_length = 0;  // packed: the longest feature (the width of the logits returned)
   int64_t real_tokens = 0;       // sum of real lengths: the work that is not padding
   int64_t real_token_pairs = 0;  // sum of squared real lengths: attention's work without padding
 
+  bool packed() const { return !feature_offsets.empty(); }
   // The tensors on `device`; from pinned memory the copies do not block the host.
   Batch to(const torch::Device& device) const;
 };

@@ -86,11 +86,21 @@ class Communicator {
   int uncaught_at_construction_ = std::uncaught_exceptions();
 };
 
+// The algorithm of the MPI backend's all-reduce, reduce-scatter and all-gather (--mpi-collectives).
+// "ring": mpibert's ring over point-to-point messages for buffers of at least ring_min_bytes
+// (every rank sends and receives (N-1)/N of the buffer per phase, the bandwidth optimum), Open
+// MPI's choice below it, where latency rules; "openmpi": Open MPI's tuned choice for every size.
+struct MpiCollectives {
+  std::string algorithm = "ring";
+  int64_t ring_min_bytes = 256 << 10;
+  static MpiCollectives parse(const std::string& algorithm, const std::string& origin);  // InputError if unknown
+};
+
 // MPI on MPI_COMM_WORLD (a duplicate of it): contiguous float32/float64/int64/int32/uint8
 // tensors. CUDA tensors are staged through host memory (copied to the host when the operation is
 // queued, back when the caller waits): slow, but it lets ranks that share one GPU, or GPUs
 // without NCCL between them, train together. `timeout_seconds` <= 0 waits forever.
-std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds);
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds, const MpiCollectives& collectives = {});
 
 // True when this build has the NCCL backend (LibTorch with CUDA and NCCL were found).
 bool nccl_available();
@@ -107,6 +117,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(int device_index, double ti
 // is an InputError on rank 0 and a PeerFailure on the others. `device_option` (--device) is named
 // in the message.
 std::unique_ptr<Communicator> make_communicator(const std::string& device_option, const std::string& comm_option,
-                                                const torch::Device& device, double timeout_seconds);
+                                                const torch::Device& device, double timeout_seconds,
+                                                const MpiCollectives& mpi_collectives = {});
 
 }  // namespace mpibert

@@ -21,14 +21,20 @@ struct EvalResult {
 };
 
 // Start and end logits of features [first, last) (real positions only; the vectors are indexed by
-// feature, others left empty) and the summed loss over them. Batches of consecutive features with
-// dynamic padding, on the device of the model's parameters; float32 logits on the host.
+// feature, others left empty) and the summed loss over them. Batches of consecutive features,
+// dynamically padded or packed, on the device of the model's parameters; float32 logits on the
+// host. The logits do not depend on the padding; the loss does: HF's padded loss takes the
+// padding's logits into its softmax, packed batches have none.
 struct FeatureLogits {
   std::vector<std::vector<float>> start, end;
   double loss_sum = 0;
 };
 FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size,
-                             int64_t first = 0, int64_t last = -1);
+                             int64_t first = 0, int64_t last = -1, Padding padding = Padding::kDynamic);
+
+// How evaluation lays out the batches of a run trained with `training`: packed after packed
+// training (its loss comparable), dynamic padding otherwise (full padding changes no logit).
+Padding eval_padding(Padding training);
 
 // Logits, HF post-processing (v2 rules when the gold has unanswerable questions), prediction
 // files in `predictions_dir`, and the official metrics against the gold answers in the shards.
@@ -36,6 +42,6 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
 // batches as one rank would make), rank 0 gathers them in feature order, post-processes, writes
 // and scores; every rank returns the metrics.
 EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
-                    int64_t batch_size, const PostprocessOptions& postprocess);
+                    int64_t batch_size, const PostprocessOptions& postprocess, Padding padding = Padding::kDynamic);
 
 }  // namespace mpibert

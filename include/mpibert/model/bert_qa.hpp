@@ -6,8 +6,11 @@
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
+#include <array>
 #include <string>
 #include <vector>
+
+#include "mpibert/data/batching.hpp"
 
 namespace mpibert {
 
@@ -39,8 +42,10 @@ struct BertConfig {
 };
 
 struct QAOutput {
-  torch::Tensor start_logits, end_logits;  // [batch, seq], padding not masked (as HF)
-  torch::Tensor sequence_output;           // [batch, seq, hidden]
+  // [batch, seq]. Padded: padding not masked (as HF). Packed: float32, seq is the longest feature,
+  // and the positions past a feature's end hold float32's lowest value (no part in the loss).
+  torch::Tensor start_logits, end_logits;
+  torch::Tensor sequence_output;  // padded: [batch, seq, hidden]; packed: [tokens, hidden]
   torch::Tensor loss;                      // undefined unless positions were given
 };
 
@@ -62,10 +67,20 @@ class UnitHooks {
   virtual void after_unit(size_t unit, const torch::Tensor& output) = 0;
 };
 
+// Where attention may look. Padded rows ([batch, seq, hidden]) carry HF's additive mask; packed
+// features ([tokens, hidden], no padding) carry their offsets, and attention stays within each.
+struct TokenLayout {
+  torch::Tensor additive_mask;           // padded: [batch, 1, 1, seq], 0 for tokens, float32 min for padding
+  std::vector<int64_t> feature_offsets;  // packed: feature f holds tokens [offsets[f], offsets[f + 1])
+  bool packed() const { return !feature_offsets.empty(); }
+};
+
 class BertEmbeddingsImpl : public torch::nn::Module {
  public:
   explicit BertEmbeddingsImpl(const BertConfig& config);
-  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids);
+  // Positions 0..seq-1 of every row when `position_ids` is undefined (padded rows).
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                        const torch::Tensor& position_ids = {});
   torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
   torch::nn::LayerNorm LayerNorm{nullptr};
   torch::nn::Dropout dropout{nullptr};
@@ -75,12 +90,15 @@ TORCH_MODULE(BertEmbeddings);
 class BertSelfAttentionImpl : public torch::nn::Module {
  public:
   BertSelfAttentionImpl(const BertConfig& config, const ModelOptions& options);
-  // additive_mask: [batch, 1, 1, seq], 0 for tokens and float32 min for padding.
-  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask);
+  torch::Tensor forward(const torch::Tensor& hidden, const TokenLayout& layout);
   torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
   torch::nn::Dropout dropout{nullptr};
 
  private:
+  // [..., seq, 3 * hidden] -> q, k, v as [..., heads, seq, head_size].
+  std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& hidden);
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& mask);
+
   int64_t heads_, head_size_;
   bool fused_qkv_;
 };
@@ -100,7 +118,7 @@ TORCH_MODULE(BertResidualOutput);
 class BertAttentionImpl : public torch::nn::Module {
  public:
   BertAttentionImpl(const BertConfig& config, const ModelOptions& options);
-  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask);
+  torch::Tensor forward(const torch::Tensor& hidden, const TokenLayout& layout);
   BertSelfAttention self{nullptr};
   BertResidualOutput output{nullptr};
 };
@@ -120,7 +138,7 @@ TORCH_MODULE(BertIntermediate);
 class BertLayerImpl : public torch::nn::Module {
  public:
   BertLayerImpl(const BertConfig& config, const ModelOptions& options);
-  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& additive_mask);
+  torch::Tensor forward(const torch::Tensor& hidden, const TokenLayout& layout);
   BertAttention attention{nullptr};
   BertIntermediate intermediate{nullptr};
   BertResidualOutput output{nullptr};
@@ -131,7 +149,7 @@ class BertEncoderImpl : public torch::nn::Module {
  public:
   BertEncoderImpl(const BertConfig& config, const ModelOptions& options);
   // Each layer is unit 1 + its index for `hooks`.
-  torch::Tensor forward(torch::Tensor hidden, const torch::Tensor& additive_mask, UnitHooks* hooks = nullptr);
+  torch::Tensor forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks = nullptr);
   torch::nn::ModuleList layer{nullptr};
 };
 TORCH_MODULE(BertEncoder);
@@ -143,6 +161,10 @@ class BertModelImpl : public torch::nn::Module {
   // embeddings are unit 0 for `hooks`, the layers the units after it.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                         const torch::Tensor& attention_mask, UnitHooks* hooks = nullptr);
+  // Packed features: ids, token types and positions [tokens]; returns [tokens, hidden].
+  torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                               const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
+                               UnitHooks* hooks = nullptr);
   BertEmbeddings embeddings{nullptr};
   BertEncoder encoder{nullptr};
 };
@@ -154,6 +176,8 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
   QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                    const torch::Tensor& attention_mask, const torch::Tensor& start_positions = {},
                    const torch::Tensor& end_positions = {});
+  // A batch as make_batch lays it out, padded or packed, with its answer positions.
+  QAOutput forward(const Batch& batch);
   // HF's _init_weights: normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, and
   // the padding row of the word embeddings zeroed. Draws from torch's global generator.
   void init_weights();
@@ -169,6 +193,7 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
   torch::nn::Linear qa_outputs{nullptr};
 
  private:
+  size_t qa_unit() const { return static_cast<size_t>(config_.num_hidden_layers) + 1; }
   BertConfig config_;
   ModelOptions options_;
   UnitHooks* unit_hooks_ = nullptr;
@@ -179,6 +204,7 @@ TORCH_MODULE(BertForQuestionAnswering);
 torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
 
 // HF's QA loss: positions clamped to [0, seq], cross-entropy ignoring index seq, mean of start and end.
+// Packed logits (lowest past each feature's end) give the loss of the real positions alone.
 torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
                                       const torch::Tensor& start_positions, const torch::Tensor& end_positions);
 

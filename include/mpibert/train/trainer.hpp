@@ -57,6 +57,7 @@ struct TrainOptions {
   DataParallelOptions parallel;  // used when there is more than one rank
   std::string device = "auto";   // auto | cpu | cuda (device.hpp): each rank its node-local GPU
   std::string comm = "auto";     // auto | mpi | nccl (communicator.hpp), with more than one rank
+  std::string mpi_collectives = "ring";  // ring | openmpi: the MPI backend's algorithm (communicator.hpp)
   bool tf32 = false;             // TF32 matrix products for float32 on GPUs
 };
 
