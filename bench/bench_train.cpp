@@ -14,6 +14,7 @@
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/sampler.hpp"
 #include "mpibert/dist/device.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/model/optimizer.hpp"
 #include "mpibert/train/trainer.hpp"
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
       if (step == 1) start = std::chrono::steady_clock::now();  // step 0 warms up
       const auto first = order.begin() + static_cast<long>(step * batch);
       mpibert::Batch b = mpibert::make_batch(store, std::vector<int64_t>(first, first + batch), variant.padding);
-      model->forward(b).loss.backward();
+      mpibert::forward_batch(model, b).loss.backward();
       mpibert::clip_grad_norm(parameters, 1.0);
       optimizer.step(1e-4);
       optimizer.zero_grad();

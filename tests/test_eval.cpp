@@ -8,6 +8,7 @@
 #include "mpibert/core/utf8.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/eval/evaluate.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "test_support.hpp"
@@ -68,7 +69,7 @@ TEST(Batching, PackedGivesThePaddedLogitsAndPredictions) {
   std::vector<int64_t> indices(8);
   std::iota(indices.begin(), indices.end(), 0);
   const Batch padded = make_batch(store, indices, Padding::kDynamic), packed = make_batch(store, indices, Padding::kPacked);
-  QAOutput a = model->forward(padded), b = model->forward(packed);
+  QAOutput a = forward_batch(model, padded), b = forward_batch(model, packed);
   ASSERT_EQ(b.start_logits.size(0), static_cast<int64_t>(indices.size()));
   for (size_t row = 0; row < indices.size(); ++row) {
     const int64_t length = store.feature(indices[row]).length;

@@ -11,6 +11,7 @@
 #include "mpibert/data/batching.hpp"
 #include "mpibert/dist/communicator.hpp"
 #include "mpibert/dist/device.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/safetensors.hpp"
@@ -126,7 +127,7 @@ TEST(GpuPackedBatches, FollowTheCpu) {
     BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")));
     model->to(device);
     model->eval();
-    QAOutput out = model->forward(batch.to(device));
+    QAOutput out = forward_batch(model, batch.to(device));
     out.loss.backward();
     return std::pair{out, model};
   };

@@ -79,24 +79,22 @@ INSTANTIATE_TEST_SUITE_P(FusedAndSeparateQkv, ModelParity, ::testing::Values(tru
 
 // The fixture's padded rows (real tokens first, then padding) packed end to end, as make_batch
 // packs features.
-Batch pack_rows(const SafetensorsFile& batch) {
+PackedFeatures pack_rows(const SafetensorsFile& batch) {
   const torch::Tensor ids = batch.get("input_ids"), types = batch.get("token_type_ids"), mask = batch.get("attention_mask");
-  Batch packed;
-  packed.feature_offsets = {0};
+  PackedFeatures packed;
+  packed.offsets = {0};
   std::vector<torch::Tensor> id_rows, type_rows, position_rows;
   for (int64_t row = 0; row < ids.size(0); ++row) {
     const int64_t length = mask[row].sum().item<int64_t>();
     id_rows.push_back(ids[row].slice(0, 0, length));
     type_rows.push_back(types[row].slice(0, 0, length));
     position_rows.push_back(torch::arange(length));
-    packed.feature_offsets.push_back(packed.feature_offsets.back() + length);
-    packed.padded_length = std::max(packed.padded_length, length);
+    packed.offsets.push_back(packed.offsets.back() + length);
+    packed.longest = std::max(packed.longest, length);
   }
   packed.input_ids = torch::cat(id_rows);
   packed.token_type_ids = torch::cat(type_rows);
   packed.position_ids = torch::cat(position_rows);
-  packed.start_positions = batch.get("start_positions");
-  packed.end_positions = batch.get("end_positions");
   return packed;
 }
 
@@ -127,14 +125,14 @@ TEST_P(PackedParity, RealTokensMatchHuggingFaceAndTheLossLeavesPaddingOut) {
   SafetensorsFile batch = SafetensorsFile::open(model_fixture("batch.safetensors"));
   SafetensorsFile expected = SafetensorsFile::open(model_fixture("expected.safetensors"));
   const torch::Tensor mask = batch.get("attention_mask");
-  const Batch packed = pack_rows(batch);
-  QAOutput out = packed_model->forward(packed);
+  const PackedFeatures packed = pack_rows(batch);
+  QAOutput out = packed_model->forward_packed(packed, batch.get("start_positions"), batch.get("end_positions"));
   out.loss.backward();
 
   const double tolerance = 1e-5;
   double worst = 0;
   for (int64_t row = 0; row < mask.size(0); ++row) {
-    const int64_t begin = packed.feature_offsets[static_cast<size_t>(row)], length = mask[row].sum().item<int64_t>();
+    const int64_t begin = packed.offsets[static_cast<size_t>(row)], length = mask[row].sum().item<int64_t>();
     for (const auto& [name, tensor] :
          std::vector<std::pair<std::string, torch::Tensor>>{{"start_logits", out.start_logits}, {"end_logits", out.end_logits}}) {
       worst = std::max(worst, max_abs_diff(tensor[row].slice(0, 0, length), expected.get(name)[row].slice(0, 0, length)));

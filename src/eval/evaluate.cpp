@@ -4,6 +4,7 @@
 
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/batching.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/dist/host_collectives.hpp"
 #include "mpibert/eval/squad_metrics.hpp"
 
@@ -43,7 +44,7 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
     std::vector<int64_t> indices;
     for (int64_t i = begin; i < std::min(begin + batch_size, last); ++i) indices.push_back(i);
     const Batch batch = make_batch(store, indices, padding).to(device);
-    QAOutput out = model->forward(batch);
+    QAOutput out = forward_batch(model, batch);
     logits.loss_sum += out.loss.item<double>() * static_cast<double>(indices.size());
     auto starts = out.start_logits.to(torch::kCPU, torch::kFloat).contiguous();
     auto ends = out.end_logits.to(torch::kCPU, torch::kFloat).contiguous();

@@ -354,35 +354,35 @@ namespace {
 
 // Logits [tokens, 2] of packed features -> float32 start and end [features, longest], float32's
 // lowest past each feature's end. Out of place, so the gradient flows back to the packed logits.
-std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logits, const Batch& batch) {
-  const int64_t features = static_cast<int64_t>(batch.feature_offsets.size()) - 1;
+std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logits, const PackedFeatures& packed) {
+  const int64_t features = static_cast<int64_t>(packed.offsets.size()) - 1;
   std::vector<int64_t> lengths;
-  for (int64_t f = 0; f < features; ++f) lengths.push_back(batch.feature_offsets[f + 1] - batch.feature_offsets[f]);
-  const auto index_options = batch.position_ids.options();
+  for (int64_t f = 0; f < features; ++f) lengths.push_back(packed.offsets[f + 1] - packed.offsets[f]);
+  const auto index_options = packed.position_ids.options();
   const auto feature_of_token =
       torch::repeat_interleave(torch::arange(features, index_options), torch::tensor(lengths, index_options));
   // float32 whatever the logits' precision: the loss takes them in float32 anyway (as HF's under
   // autocast), and bf16 has no float32 lowest.
   const auto lowest =
-      torch::full({features, batch.padded_length}, std::numeric_limits<float>::lowest(), logits.options().dtype(torch::kFloat));
+      torch::full({features, packed.longest}, std::numeric_limits<float>::lowest(), logits.options().dtype(torch::kFloat));
   auto unpack = [&](int64_t column) {
-    return lowest.index_put({feature_of_token, batch.position_ids}, logits.select(-1, column).to(torch::kFloat));
+    return lowest.index_put({feature_of_token, packed.position_ids}, logits.select(-1, column).to(torch::kFloat));
   };
   return {unpack(0), unpack(1)};
 }
 
 }  // namespace
 
-QAOutput BertForQuestionAnsweringImpl::forward(const Batch& batch) {
-  if (!batch.packed())
-    return forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions, batch.end_positions);
+QAOutput BertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions,
+                                                       const torch::Tensor& end_positions) {
   QAOutput out;
-  Bf16AutocastGuard autocast(options_.autocast_bf16, batch.input_ids.device().type());
+  Bf16AutocastGuard autocast(options_.autocast_bf16, features.input_ids.device().type());
   out.sequence_output =
-      bert->forward_packed(batch.input_ids, batch.token_type_ids, batch.position_ids, batch.feature_offsets, unit_hooks_);
+      bert->forward_packed(features.input_ids, features.token_type_ids, features.position_ids, features.offsets, unit_hooks_);
   auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });
-  std::tie(out.start_logits, out.end_logits) = unpack_logits(logits, batch);
-  out.loss = question_answering_loss(out.start_logits, out.end_logits, batch.start_positions, batch.end_positions);
+  std::tie(out.start_logits, out.end_logits) = unpack_logits(logits, features);
+  if (start_positions.defined() && end_positions.defined())
+    out.loss = question_answering_loss(out.start_logits, out.end_logits, start_positions, end_positions);
   return out;
 }
 

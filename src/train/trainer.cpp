@@ -16,6 +16,7 @@
 #include "mpibert/data/sampler.hpp"
 #include "mpibert/dist/device.hpp"
 #include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/optimizer.hpp"
@@ -336,7 +337,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
   for (int64_t micro = 0; micro < accumulation; ++micro, ++state_.micro_batches_done) {
     const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
     const torch::Tensor loss = timed(phases_.forward, "mpibert::forward", [&] {
-      return model()->forward(batch).loss / static_cast<double>(accumulation);
+      return forward_batch(model(), batch).loss / static_cast<double>(accumulation);
     });
     timed(phases_.backward, "mpibert::backward", [&] {
       parallel_->begin_backward(/*synchronize=*/micro + 1 == accumulation);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "mpibert/data/batching.hpp"
 #include "mpibert/data/shards.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
 #include "mpibert/model/bert_qa.hpp"

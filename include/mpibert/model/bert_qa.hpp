@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/data/batching.hpp"
-
 namespace mpibert {
 
 struct BertConfig {
@@ -65,6 +63,13 @@ class UnitHooks {
   virtual void before_unit(size_t unit) = 0;
   // `output` is what the unit returns; its gradient arriving marks the start of the unit's backward.
   virtual void after_unit(size_t unit, const torch::Tensor& output) = 0;
+};
+
+// Features packed end to end with no padding anywhere (data/batching.hpp makes them from shards).
+struct PackedFeatures {
+  torch::Tensor input_ids, token_type_ids, position_ids;  // [tokens] int64; positions count from 0 per feature
+  std::vector<int64_t> offsets;                           // feature f holds tokens [offsets[f], offsets[f + 1])
+  int64_t longest = 0;                                    // the longest feature: the width of the logits returned
 };
 
 // Where attention may look. Padded rows ([batch, seq, hidden]) carry HF's additive mask; packed
@@ -176,8 +181,9 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
   QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                    const torch::Tensor& attention_mask, const torch::Tensor& start_positions = {},
                    const torch::Tensor& end_positions = {});
-  // A batch as make_batch lays it out, padded or packed, with its answer positions.
-  QAOutput forward(const Batch& batch);
+  // Packed features; the loss (with positions) leaves out nothing but the absent padding.
+  QAOutput forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions = {},
+                          const torch::Tensor& end_positions = {});
   // HF's _init_weights: normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, and
   // the padding row of the word embeddings zeroed. Draws from torch's global generator.
   void init_weights();
