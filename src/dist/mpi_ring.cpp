@@ -45,6 +45,7 @@ struct Ring {
   int block(int offset) const { return ((rank + offset) % size + size) % size; }
   int64_t begin(int b) const { return count * b / size; }
   int64_t length(int b) const { return begin(b + 1) - begin(b); }
+  int64_t longest() const { return (count + size - 1) / size; }  // blocks differ by at most one element
 };
 
 char* at(void* base, int64_t elements, int bytes) { return static_cast<char*>(base) + elements * bytes; }
@@ -56,7 +57,7 @@ void ring_all_reduce_sum(void* data, int64_t count, MPI_Datatype type, MPI_Comm 
   const Ring ring(comm, count);
   if (ring.size == 1 || count == 0) return;
   const int bytes = element_size(type);
-  std::vector<char> received(static_cast<size_t>(ring.length(ring.size - 1) + 1) * bytes);
+  std::vector<char> received(static_cast<size_t>(ring.longest()) * bytes);
   // Reduce-scatter: at step s, pass on block rank - s and add the left's block rank - s - 1 into
   // ours; after size - 1 steps block rank + 1 holds every rank's sum.
   for (int step = 0; step + 1 < ring.size; ++step) {

@@ -360,7 +360,9 @@ std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logit
   for (int64_t f = 0; f < features; ++f) lengths.push_back(packed.offsets[f + 1] - packed.offsets[f]);
   const auto index_options = packed.position_ids.options();
   const auto feature_of_token =
-      torch::repeat_interleave(torch::arange(features, index_options), torch::tensor(lengths, index_options));
+      // The output's size given: on a GPU, repeat_interleave would otherwise wait for the device to count it.
+      torch::repeat_interleave(torch::arange(features, index_options), torch::tensor(lengths, index_options), 0,
+                               packed.offsets.back());
   // float32 whatever the logits' precision: the loss takes them in float32 anyway (as HF's under
   // autocast), and bf16 has no float32 lowest.
   const auto lowest =
