@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   std::string shards, preset = "small";
   int64_t batch = 0, steps = 10;
   int threads = 2;
-  std::string only = "all";
+  std::string only = "all", optim = "adamw_torch_fused";
   bool json = false, bf16 = false;
   CLI::App app{"mpibert training throughput by padding"};
   app.add_option("--shards", shards, "prepared train shards")->required();
@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"all", "full", "dynamic", "grouped", "packed"}))
       ->capture_default_str();
   app.add_flag("--bf16", bf16, "bf16 autocast, as mpibert train --bf16");
+  app.add_option("--optim", optim, "as mpibert train --optim")
+      ->check(CLI::IsMember({"adamw_torch", "adamw_torch_fused"}))
+      ->capture_default_str();
   app.add_flag("--json", json, "one JSON object per configuration instead of a table line");
   CLI11_PARSE(app, argc, argv);
   mpibert::keep_freed_memory_for_reuse();
@@ -73,7 +76,9 @@ int main(int argc, char** argv) {
     mpibert::BertForQuestionAnswering model(config, model_options);
     model->train();
     const std::vector<torch::Tensor> parameters = model->parameters();
-    mpibert::AdamW optimizer(model->named_parameters(), mpibert::AdamWOptions{});
+    mpibert::AdamWOptions adam;
+    adam.fused = mpibert::parse_fused_adamw(optim, "--optim");
+    mpibert::AdamW optimizer(model->named_parameters(), adam);
     mpibert::DistributedSampler sampler(store.num_features(), 0, 1, mpibert::DistributedSampler::Mode::kTrain, 42);
     if (variant.group_by_length) sampler.group_by_length(mpibert::feature_lengths(store), batch);
     const std::vector<int64_t> order = sampler.indices(0);
@@ -104,10 +109,10 @@ int main(int argc, char** argv) {
       std::printf("{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"real_tokens_per_sample\": %.1f, "
                   "\"model_flops_per_sample\": %.6g, \"model_flops_per_second\": %.6g, \"matmul_flops_per_second\": %.6g, "
                   "\"mfu\": %.4f, \"precision\": \"%s\", \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
-                  "\"variant\": \"%s\"}\n",
+                  "\"variant\": \"%s\", \"optim\": \"%s\"}\n",
                   rate, tokens_per_sample, static_cast<double>(real_tokens) / static_cast<double>(samples),
                   model_flops / static_cast<double>(samples), model_rate, matmul_rate, mfu, precision,
-                  static_cast<long long>(steps), static_cast<long long>(batch), threads, variant.key);
+                  static_cast<long long>(steps), static_cast<long long>(batch), threads, variant.key, optim.c_str());
       continue;
     }
     if (variant.padding == mpibert::Padding::kFull) full_rate = rate;

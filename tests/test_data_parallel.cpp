@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpibert/core/error.hpp"
 #include "mpibert/dist/communicator.hpp"
 #include "mpibert/dist/data_parallel.hpp"
 #include "mpibert/dist/host_collectives.hpp"
@@ -144,7 +146,13 @@ TEST_F(DataParallelTest, TheFirstBucketIsSmall) {
   EXPECT_EQ(defaults.first_bucket_mb, 1);
   EXPECT_EQ(defaults.bucket_mb, 25);
   BertForQuestionAnswering with_defaults = make_model(BertConfig::preset("small"), 1);
-  EXPECT_EQ(DataParallel(with_defaults, communicator_, {}, defaults).bucket_layout().size(), 2u);
+  // The word embedding (15.6 MB) is a group of its own, exchanged by rows (sparse, the default).
+  const auto default_layout = DataParallel(with_defaults, communicator_, {}, defaults).bucket_layout();
+  ASSERT_EQ(default_layout.size(), 3u);
+  EXPECT_EQ(default_layout.back().parameters, std::vector<std::string>{"bert.embeddings.word_embeddings.weight"});
+  DataParallelOptions dense = defaults;
+  dense.embedding_exchange = EmbeddingExchange::kDense;
+  EXPECT_EQ(DataParallel(with_defaults, communicator_, {}, dense).bucket_layout().size(), 2u);
   BertForQuestionAnswering model = make_model(BertConfig::preset("small"), 1);
   DataParallel parallel(model, communicator_, {}, options_for(Strategy::kDdp, 1 * kMiB, 4 * kMiB));
   std::map<std::string, int64_t> bytes;
@@ -352,14 +360,19 @@ std::string strategy_test_name(const ::testing::TestParamInfo<Strategy>& info) {
 INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies, ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2),
                          strategy_test_name);
 
-// A forward and backward of the QA loss on this rank's own random batch (seeded by rank and step).
-void qa_backward(BertForQuestionAnswering& model, int rank, int step) {
+// A forward and backward of the QA loss on `ids` ([batch, seq]), positions seeded by rank and step.
+void qa_backward_on(BertForQuestionAnswering& model, const torch::Tensor& ids, int rank, int step) {
   torch::manual_seed(static_cast<uint64_t>(1000 + 10 * rank + step));
-  const int64_t batch = 2, seq = 6;
-  const torch::Tensor ids = torch::randint(1, model->config().vocab_size, {batch, seq}, torch::kLong);
+  const int64_t batch = ids.size(0), seq = ids.size(1);
   const torch::Tensor types = torch::zeros({batch, seq}, torch::kLong), mask = torch::ones({batch, seq}, torch::kLong);
   const torch::Tensor starts = torch::randint(0, seq, {batch}, torch::kLong), ends = torch::randint(0, seq, {batch}, torch::kLong);
   model->forward(ids, types, mask, starts, ends).loss.backward();
+}
+
+// The same on this rank's own random batch (seeded by rank and step).
+void qa_backward(BertForQuestionAnswering& model, int rank, int step) {
+  torch::manual_seed(static_cast<uint64_t>(2000 + 10 * rank + step));
+  qa_backward_on(model, torch::randint(1, model->config().vocab_size, {2, 6}, torch::kLong), rank, step);
 }
 
 // Every rank's whole parameters (gathered for fsdp), in registration order.
@@ -408,6 +421,107 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values(Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp),
                          strategy_test_name);
+
+// ddp's sparse embedding exchange. Each rank's ids come from its own few rows (shifted each
+// micro-batch), so the ranks touch different, overlapping rows: the union, not any rank's own.
+class SparseEmbedding : public DataParallelTest {
+ protected:
+  torch::Tensor ids_for(int step, int micro) const {
+    torch::manual_seed(static_cast<uint64_t>(3000 + 10 * rank_ + 2 * step + micro));
+    const int64_t low = 1 + 2 * rank_ + micro;
+    return torch::randint(low, low + 3, {2, 6}, torch::kLong);
+  }
+  // Two steps of two micro-batches each (the first one's ids noted without synchronizing).
+  void train(BertForQuestionAnswering& model, DataParallel& parallel) {
+    touched.clear();
+    for (int step = 0; step < 2; ++step) {
+      touched.emplace_back(static_cast<size_t>(model->config().vocab_size), 0.0);
+      for (int micro = 0; micro < 2; ++micro) {
+        const torch::Tensor ids = ids_for(step, micro);
+        for (int64_t id : std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()))
+          touched.back()[static_cast<size_t>(id)] = 1;
+        parallel.note_input_ids(ids);
+        parallel.begin_backward(micro == 1);
+        qa_backward_on(model, ids, rank_, 2 * step + micro);
+      }
+      parallel.finish_gradient_sync();
+      gradients.push_back({});
+      for (const auto& parameter : model->parameters()) gradients.back().push_back(parameter.grad().clone());
+      parallel.clip_and_step(0.5, 1e-2);
+      parallel.zero_grad();
+    }
+  }
+  // The number of rows any rank touched in the step.
+  int64_t union_rows(int step) const {
+    const std::vector<double> any_rank = max_over_ranks(touched[static_cast<size_t>(step)], "the rows touched");
+    return static_cast<int64_t>(std::accumulate(any_rank.begin(), any_rank.end(), 0.0));
+  }
+  std::vector<std::vector<torch::Tensor>> gradients;  // per step, per parameter, after synchronization
+  std::vector<std::vector<double>> touched;            // per step: 1 for the rows this rank's ids touched
+};
+
+// The gradients after synchronization are the dense all-reduce's (bit for bit on 2 ranks: both add
+// the same two halves; within round-off on 3, summed in another order), rows no rank touched
+// included (zero), and only the union of the touched rows was sent.
+TEST_F(SparseEmbedding, GivesTheDenseGradientsSendingTheTouchedRowsOnly) {
+  DataParallelOptions sparse_options = options_for(Strategy::kDdp, 40, 100), dense_options = sparse_options;
+  dense_options.embedding_exchange = EmbeddingExchange::kDense;
+  BertForQuestionAnswering dense_model = make_model(tiny_config(), 1);
+  DataParallel dense(dense_model, communicator_, adam_with_decay(), dense_options);
+  train(dense_model, dense);
+  const auto dense_gradients = std::move(gradients);
+  gradients.clear();
+
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallel parallel(model, communicator_, adam_with_decay(), sparse_options);
+  EXPECT_EQ(parallel.embedding_exchange(), EmbeddingExchange::kSparse);
+  EXPECT_EQ(dense.embedding_exchange(), EmbeddingExchange::kDense);
+  train(model, parallel);
+
+  const auto names = model->named_parameters().keys();
+  for (size_t step = 0; step < gradients.size(); ++step)
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (size_ <= 2) EXPECT_TRUE(torch::equal(gradients[step][k], dense_gradients[step][k])) << names[k] << ", step " << step;
+      EXPECT_TRUE(torch::allclose(gradients[step][k], dense_gradients[step][k], 1e-6, 1e-8)) << names[k] << ", step " << step;
+    }
+  for (size_t k = 0; k < names.size(); ++k)
+    EXPECT_TRUE(torch::allclose(model->parameters()[k], dense_model->parameters()[k], 1e-6, 1e-7)) << names[k];
+
+  // Both steps went sparse, each sending the union of the rows any rank touched in either micro-batch.
+  const int64_t rows = union_rows(0) + union_rows(1);
+  const SyncStats stats = parallel.sync_stats(), dense_stats = dense.sync_stats();
+  EXPECT_EQ(stats.sparse_exchanges, 2);
+  EXPECT_EQ(stats.dense_fallbacks, 0);
+  EXPECT_EQ(stats.embedding_rows, rows);
+  const int64_t hidden = tiny_config().hidden_size, vocab = tiny_config().vocab_size;
+  const int64_t embedding_bytes = (vocab * hidden + size_ - 1) / size_ * size_ * 4;
+  EXPECT_EQ(dense_stats.bytes - stats.bytes, 2 * embedding_bytes - rows * hidden * 4 - 2 * vocab * 4)
+      << "per step: the dense embedding, less the union's rows and the mask of touched rows";
+}
+
+TEST_F(SparseEmbedding, ExchangeNamesParse) {
+  EXPECT_EQ(parse_embedding_exchange("sparse"), EmbeddingExchange::kSparse);
+  EXPECT_EQ(parse_embedding_exchange("dense"), EmbeddingExchange::kDense);
+  EXPECT_STREQ(embedding_exchange_name(EmbeddingExchange::kSparse), "sparse");
+  EXPECT_THROW(parse_embedding_exchange("rows"), InputError);
+}
+
+// A union past sparse_rows_max_fraction of the vocabulary is all-reduced whole, on every rank.
+TEST_F(SparseEmbedding, ALargeUnionGoesDense) {
+  DataParallelOptions options = options_for(Strategy::kDdp, 40, 100), dense_options = options;
+  options.sparse_rows_max_fraction = 2.5 / tiny_config().vocab_size;  // each rank alone touches 3 rows or more
+  dense_options.embedding_exchange = EmbeddingExchange::kDense;
+  BertForQuestionAnswering dense_model = make_model(tiny_config(), 1), model = make_model(tiny_config(), 1);
+  DataParallel dense(dense_model, communicator_, {}, dense_options), parallel(model, communicator_, {}, options);
+  train(dense_model, dense);
+  const auto dense_gradients = std::move(gradients);
+  gradients.clear();
+  train(model, parallel);
+  for (size_t step = 0; step < gradients.size(); ++step)
+    for (size_t k = 0; k < gradients[step].size(); ++k) EXPECT_TRUE(torch::equal(gradients[step][k], dense_gradients[step][k]));
+  EXPECT_EQ(parallel.sync_stats().dense_fallbacks, 2);
+  EXPECT_EQ(parallel.sync_stats().sparse_exchanges, 0);
+}
 
 // fsdp holds 1/N of each unit between steps: no unit stays whole after forward and backward, every
 // micro-batch communicates (a gather per unit in forward and in backward but the last unit's, a

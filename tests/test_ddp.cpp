@@ -393,10 +393,11 @@ TEST_F(DataParallelRun, AHungRankIsReportedByTheCollectiveTimeout) {
   auto result = train(2, runs.file("run"), "--batch-size 4 --max-steps 20 --collective-timeout 3", "MPIBERT_INJECT_HANG=1:2");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_NE(result.exit_status, 0);
-  // Rank 0 waits for rank 1 in the first gradient bucket of step 2, and says so; its probe finds
-  // rank 1's process alive (hung, not gone).
+  // Rank 0 waits for rank 1 in step 2's first collective, the all-reduce of the embedding rows
+  // touched (issued as backward starts), and says so; its probe finds rank 1's process alive
+  // (hung, not gone).
   EXPECT_NE(result.output.find("[rank 0] [error] collective timed out after 3 s (--collective-timeout 3) on rank 0 (" +
-                               host_name() + ") while waiting for all-reduce of gradient bucket 0"),
+                               host_name() + ") while waiting for all-reduce of the word embedding rows touched"),
             std::string::npos)
       << result.output;
   EXPECT_NE(result.output.find("[rank 0] [error] rank 0: every other rank's process answers a probe, so one of them is "

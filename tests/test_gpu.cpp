@@ -10,10 +10,12 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/dist/communicator.hpp"
+#include "mpibert/dist/data_parallel.hpp"
 #include "mpibert/dist/device.hpp"
 #include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/optimizer.hpp"
 #include "mpibert/model/safetensors.hpp"
 #include "mpibert/train/trainer.hpp"
 #include "test_support.hpp"
@@ -182,6 +184,71 @@ TEST(GpuCommunicator, MpiStagesCudaTensorsThroughTheHost) {
   auto comm = make_communicator("cuda", "mpi", torch::Device(torch::kCUDA, 0), 60);
   EXPECT_EQ(comm->backend(), "mpi");
   expect_one_rank_round_trip(*comm, torch::Device(torch::kCUDA, 0));
+}
+
+// ddp's sparse embedding exchange on a GPU through NCCL (one rank): the mask, nonzero, the rows'
+// all-reduce and their copy back give the gradients of the dense exchange, bit for bit.
+TEST(GpuSparseEmbedding, RowsGoThroughNcclAndBackAsTheDenseExchangeDoes) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device device(torch::kCUDA, 0);
+  BertConfig config = BertConfig::preset("small");
+  config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
+  std::shared_ptr<Communicator> communicator = make_communicator("cuda", "auto", device, 60);
+  auto gradients_with = [&](EmbeddingExchange exchange, SyncStats* stats) {
+    torch::manual_seed(5);
+    BertForQuestionAnswering model(config);
+    model->init_weights();
+    model->to(device);
+    DataParallelOptions options;
+    options.embedding_exchange = exchange;
+    DataParallel parallel(model, communicator, {}, options);
+    torch::manual_seed(6);
+    const auto on = torch::TensorOptions().dtype(torch::kLong).device(device);
+    const torch::Tensor ids = torch::randint(1, 500, {4, 32}, on);
+    parallel.note_input_ids(ids);
+    parallel.begin_backward(true);
+    model->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
+                   torch::randint(0, 32, {4}, on))
+        .loss.backward();
+    parallel.finish_gradient_sync();
+    *stats = parallel.sync_stats();
+    std::vector<torch::Tensor> grads;
+    for (const auto& parameter : model->parameters()) grads.push_back(parameter.grad().cpu());
+    return grads;
+  };
+  SyncStats sparse_stats, dense_stats;
+  const auto sparse = gradients_with(EmbeddingExchange::kSparse, &sparse_stats);
+  const auto dense = gradients_with(EmbeddingExchange::kDense, &dense_stats);
+  ASSERT_EQ(sparse.size(), dense.size());
+  for (size_t k = 0; k < sparse.size(); ++k) EXPECT_TRUE(torch::equal(sparse[k], dense[k])) << "parameter " << k;
+  EXPECT_EQ(sparse_stats.sparse_exchanges, 1);
+  EXPECT_GT(sparse_stats.embedding_rows, 0);
+  EXPECT_LT(sparse_stats.embedding_rows, 500);
+  EXPECT_LT(sparse_stats.bytes, dense_stats.bytes);
+}
+
+// adamw_torch_fused on CUDA (its step count a device tensor) updates as on the CPU.
+TEST(GpuFusedAdamW, FollowsTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto parameters_after = [](const torch::Device& device) {
+    torch::manual_seed(8);
+    BertForQuestionAnswering model(BertConfig::preset("small"));
+    model->to(device);
+    AdamWOptions options;
+    options.weight_decay = 0.01;
+    options.fused = true;
+    AdamW optimizer(model->named_parameters(), options);
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(20 + step);
+      for (auto& parameter : model->parameters()) parameter.mutable_grad() = torch::randn(parameter.sizes()).to(device);
+      optimizer.step(1e-3);
+    }
+    std::vector<torch::Tensor> out;
+    for (const auto& parameter : model->parameters()) out.push_back(parameter.detach().cpu());
+    return out;
+  };
+  const auto cpu = parameters_after(torch::kCPU), gpu = parameters_after(torch::Device(torch::kCUDA, 0));
+  for (size_t k = 0; k < cpu.size(); ++k) EXPECT_TRUE(torch::allclose(gpu[k], cpu[k], 1e-5, 1e-6)) << "parameter " << k;
 }
 
 TEST(GpuTraining, TwentyStepsOnTheGpuFollowTheCpu) {

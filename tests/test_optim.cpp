@@ -6,6 +6,7 @@
 #include <iostream>
 #include <set>
 
+#include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/optimizer.hpp"
@@ -34,7 +35,10 @@ TEST(LinearSchedule, WarmsUpThenDecaysToZero) {
   EXPECT_EQ(LinearSchedule::warmup_steps_for_ratio(0.1, 1001), 101);
 }
 
-TEST(TrainingTrajectory, ReplaysTheHuggingFaceRun) {
+// adamw_torch_fused replays HF's (unfused) run within the same tolerances.
+class TrainingTrajectory : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TrainingTrajectory, ReplaysTheHuggingFaceRun) {
   const auto trajectory = nlohmann::json::parse(read_file(model_fixture("trajectory.json")));
   const auto& optimizer_spec = trajectory["optimizer"];
   const auto& scheduler_spec = trajectory["scheduler"];
@@ -48,6 +52,7 @@ TEST(TrainingTrajectory, ReplaysTheHuggingFaceRun) {
   options.beta2 = optimizer_spec["betas"][1];
   options.eps = optimizer_spec["eps"];
   options.weight_decay = optimizer_spec["param_groups"][0]["weight_decay"];
+  options.fused = GetParam();
   AdamW optimizer(model->named_parameters(), options);
   LinearSchedule schedule(optimizer_spec["lr"], scheduler_spec["num_warmup_steps"], scheduler_spec["num_training_steps"]);
   const double max_norm = trajectory["clip_grad_norm"]["max_norm"];
@@ -87,6 +92,60 @@ TEST(TrainingTrajectory, ReplaysTheHuggingFaceRun) {
   }
   std::cout << "  max |diff| over " << trajectory["steps"].size() << " steps: loss " << worst_loss << ", pre-clip norm "
             << worst_norm << "; final parameters (excluding zero-gradient ones) " << worst_parameter << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, TrainingTrajectory, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "fused" : "adamw_torch"; });
+
+// The fused kernel makes the update op for op makes, within float round-off, for both weight-decay
+// groups, over steps whose bias corrections differ; a parameter without a gradient stays as it is.
+TEST(FusedAdamW, UpdatesAsTheUnfusedOneWithinRoundOff) {
+  auto make = [](bool fused) {
+    torch::manual_seed(3);
+    torch::OrderedDict<std::string, torch::Tensor> named;
+    named.insert("layer.dense.weight", torch::randn({64, 48}).requires_grad_());
+    named.insert("layer.dense.bias", torch::randn({64}).requires_grad_());
+    named.insert("layer.LayerNorm.weight", torch::randn({48}).requires_grad_());
+    named.insert("unused.weight", torch::randn({8}).requires_grad_());
+    AdamWOptions options;
+    options.weight_decay = 0.01;
+    options.fused = fused;
+    return std::make_pair(named, options);
+  };
+  auto [plain_parameters, plain_options] = make(false);
+  auto [fused_parameters, fused_options] = make(true);
+  AdamW plain(plain_parameters, plain_options), fused(fused_parameters, fused_options);
+  for (int step = 1; step <= 5; ++step) {
+    torch::manual_seed(100 + step);
+    for (const std::string name : {"layer.dense.weight", "layer.dense.bias", "layer.LayerNorm.weight"}) {
+      const torch::Tensor grad = torch::randn(plain_parameters[name].sizes());
+      plain_parameters[name].mutable_grad() = grad.clone();
+      fused_parameters[name].mutable_grad() = grad.clone();
+    }
+    plain.step(1e-3 * step);
+    fused.step(1e-3 * step);
+  }
+  EXPECT_EQ(fused.steps_taken(), 5);
+  const auto initial = make(false).first;
+  for (const auto& item : plain_parameters) {
+    const torch::Tensor& mine = fused_parameters[item.key()];
+    EXPECT_TRUE(torch::allclose(mine, item.value(), 1e-6, 1e-7)) << item.key();
+    const bool has_gradient = item.key() != "unused.weight";
+    EXPECT_EQ(torch::equal(mine, initial[item.key()]), !has_gradient) << item.key();
+  }
+  for (size_t k = 0; k < plain.slots().size(); ++k) {
+    // exp_avg: the kernel lerps (m + (1 - beta1)(g - m)) where torch's op for op scales and adds.
+    EXPECT_TRUE(torch::allclose(fused.slots()[k].exp_avg, plain.slots()[k].exp_avg, 1e-6, 1e-7))
+        << (fused.slots()[k].exp_avg - plain.slots()[k].exp_avg).abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(fused.slots()[k].exp_avg_sq, plain.slots()[k].exp_avg_sq, 1e-6, 1e-9))
+        << (fused.slots()[k].exp_avg_sq - plain.slots()[k].exp_avg_sq).abs().max().item<double>();
+  }
+}
+
+TEST(FusedAdamW, OptimNamesAreHuggingFaces) {
+  EXPECT_FALSE(parse_fused_adamw("adamw_torch", "--optim"));
+  EXPECT_TRUE(parse_fused_adamw("adamw_torch_fused", "--optim"));
+  EXPECT_THROW(parse_fused_adamw("adafactor", "--optim"), InputError);
 }
 
 }  // namespace

@@ -73,6 +73,89 @@ class Buckets(unittest.TestCase):
             for bucket in m.build_buckets(self.numels, 25, world):
                 self.assertEqual(bucket.numel % world, 0)
 
+    def test_sparse_word_embedding_is_a_last_group_of_its_own(self):
+        # As mpibert's test_data_parallel TheFirstBucketIsSmall: 3 groups for the small model.
+        buckets = m.build_buckets(self.numels, 25, 3, sparse_embedding=True)
+        self.assertEqual(len(buckets), 3)
+        self.assertEqual(buckets[-1].members, [0])
+        self.assertEqual(buckets[-1].numel, -(-self.numels[0] // 3) * 3)
+        order = [k for b in buckets for k in b.members]
+        self.assertEqual(order, list(reversed(range(len(self.numels)))))
+
+
+class LinearNetwork:
+    """Every collective costs alpha + n beta."""
+
+    def __init__(self, alpha, beta):
+        self.alpha, self.beta = alpha, beta
+
+    def cost(self, op, n, p):
+        return self.alpha + n * self.beta, "ring"
+
+
+class SparseEmbeddingExchange(unittest.TestCase):
+    def setUp(self):
+        self.config = m.load_config(SMALL)
+        self.network = LinearNetwork(1e-3, 1e-8)
+        self.embedding_bytes = 4 * self.config["vocab_size"] * self.config["hidden_size"]
+
+    def step(self, rows):
+        inp = m.StepInput(0.0, 1.0, 2.0, 0.1, "ddp", 2, len(m.parameter_list(self.config)), rows)
+        return m.simulate(self.config, 384, inp, 25, self.network)
+
+    def test_sends_the_mask_and_the_rows_instead_of_the_embedding(self):
+        dense, sparse = self.step(None), self.step(1000)
+        mask, rows = 4 * self.config["vocab_size"], 4 * 1000 * self.config["hidden_size"]
+        self.assertAlmostEqual(sparse.network_bytes, dense.network_bytes - self.embedding_bytes + mask + rows)
+        self.assertEqual(sparse.collectives, dense.collectives + 2)  # the mask, and the embedding apart
+        # The rows are ready only when backward ends: their all-reduce is exposed. Against dense, the
+        # exposed time loses the bytes not sent and gains at most one latency (the rows apart).
+        rows_cost = self.network.cost("all_reduce", rows, 2)[0]
+        self.assertGreaterEqual(sparse.exposed, rows_cost)
+        self.assertLessEqual(sparse.exposed,
+                             dense.exposed - (self.embedding_bytes - rows) * self.network.beta + self.network.alpha + 1e-9)
+
+    def test_a_union_past_the_limit_sends_the_mask_and_the_embedding(self):
+        dense = self.step(None)
+        over = self.step(m.SPARSE_ROWS_MAX_FRACTION * self.config["vocab_size"] + 1)
+        self.assertAlmostEqual(over.network_bytes, dense.network_bytes + 4 * self.config["vocab_size"])
+        self.assertGreater(over.exposed, dense.exposed - 1e-9)
+
+    def test_other_strategies_ignore_the_rows(self):
+        for strategy in ("zero1", "zero2"):
+            inp = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, 2, len(m.parameter_list(self.config)), 1000)
+            dense = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, 2, len(m.parameter_list(self.config)))
+            self.assertEqual(m.simulate(self.config, 384, inp, 25, self.network),
+                             m.simulate(self.config, 384, dense, 25, self.network))
+
+
+class EmbeddingRowsTable(unittest.TestCase):
+    def setUp(self):
+        self.rows = m.EmbeddingRows([(8, 500.0), (16, 900.0), (32, 1600.0)], 30522)
+
+    def test_measured_points_are_returned(self):
+        for g, r in self.rows.points:
+            self.assertAlmostEqual(self.rows.for_global_batch(g), r)
+
+    def test_log_log_between_and_the_last_slope_beyond_capped_at_the_vocabulary(self):
+        self.assertAlmostEqual(self.rows.for_global_batch(12), 500.0 * 1.5 ** (np_log(900 / 500) / np_log(2)))
+        slope = np_log(1600 / 900) / np_log(2)
+        self.assertAlmostEqual(self.rows.for_global_batch(64), 1600.0 * 2 ** slope)
+        self.assertEqual(self.rows.for_global_batch(1 << 20), 30522.0)
+
+    def test_committed_table_grows_with_the_batch(self):
+        raw = m.load_clusters(os.path.join(ROOT, "results", "scaling_model", "clusters.json"))
+        table = m.load_embedding_rows(raw, os.path.join(ROOT, "results", "scaling_model", "clusters.json"))
+        sizes = [2 ** k for k in range(3, 15)]
+        values = [table.for_global_batch(g) for g in sizes]
+        self.assertEqual(values, sorted(values))
+        self.assertLessEqual(values[-1], table.vocab)
+
+
+def np_log(x):
+    import math
+    return math.log(x)
+
 
 class Timeline(unittest.TestCase):
     def test_fifo_by_hand(self):
@@ -126,7 +209,8 @@ class Projection(unittest.TestCase):
 
     def test_every_strategy_projected(self):
         for pr in self.projections:
-            self.assertEqual(sorted(pr.strategies), sorted(m.STRATEGIES))
+            self.assertEqual(sorted(pr.strategies), sorted(m.STRATEGIES + ["ddp dense"]))
+            self.assertLessEqual(pr.strategies["ddp"].step, pr.strategies["ddp dense"].step + 1e-12)
             self.assertEqual(pr.strategies["zero1"].step, pr.strategies["zero2"].step)
             self.assertLessEqual(pr.one_gpu / pr.strategies["fsdp"].step, 1.02)
 
@@ -223,6 +307,19 @@ class Check(MeasuredDirCase):
         with open(os.path.join(self.tmp.name, "check.md")) as f:
             text = f.read()
         self.assertIn("| ddp-100 | 2 | 100 | 25 | ddp | 2/2 |", text)
+
+    def test_sparse_embedding_run_by_hand(self):
+        # 1,000 rows a step: the embedding's group sends 1000 x 128 x 4 bytes, after the mask's
+        # 30,522 x 4; bucket 1 (the rest, 1,055,744 bytes) and the rows come at the end of backward.
+        write_run(os.path.join(self.measured, "sparse-100"),
+                  parallel={"embedding_exchange": "sparse", "embedding_sparse_exchanges": 10,
+                            "embedding_rows_exchanged_mean": 1000.0, "gradient_buckets": 3})
+        row = m.write_check(self.measured, self.tmp.name, plot=False)[0]
+        self.assertEqual(row.buckets_model, 3)
+        rows_cost = 2 * self.alpha + 1000 * 128 * 4 * self.beta
+        self.assertGreaterEqual(row.predicted.exposed, rows_cost - 1e-6)
+        self.assertLessEqual(row.predicted.exposed, rows_cost + 2 * self.alpha + 1055744 * self.beta + 1e-6)
+        self.assertAlmostEqual(row.predicted.network_bytes, 795656 + 1055744 + 4 * 30522 + 1000 * 128 * 4, delta=8)
 
     def test_missing_link_key_names_the_file(self):
         write_run(os.path.join(self.measured, "bad"), link={"rate_mbit": 100, "hosts": 2})

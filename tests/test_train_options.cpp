@@ -111,6 +111,8 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--comm gloo", "--comm: gloo not in {auto,mpi,nccl}"},
       {"--padding some", "--padding: some not in {dynamic,full,packed}"},
       {"--mpi-collectives tree", "--mpi-collectives: tree not in {ring,openmpi}"},
+      {"--embedding-exchange rows", "--embedding-exchange: rows not in {sparse,dense}"},
+      {"--optim sgd", "--optim: sgd not in {adamw_torch,adamw_torch_fused}"},
       {"--overwrite-output-dir --resume auto", "--overwrite-output-dir replaces the run that --resume auto would continue"},
       {"--do_eval", "--do_eval needs --eval-shards"},
   };

@@ -12,7 +12,9 @@
 # Environment: STEPS (timed steps per run, default 12), BATCH (per rank, default 8), RATES (the link
 # rates to measure, default "100 1000 unlimited"; the others' files are left as they are),
 # COLLECTIVES (the MPI backend's algorithm, --mpi-collectives: ring, the default, or openmpi; the
-# runs before the ring were measured with openmpi).
+# runs before the ring were measured with openmpi), EMBEDDING (ddp's --embedding-exchange: sparse,
+# the default, or dense, as before it), STRATEGIES (which of ddp zero1 zero2 fsdp to run, default
+# all) and ALLREDUCE (0: skip bench_allreduce).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/scripts/env.sh"
@@ -22,6 +24,8 @@ out=$(mkdir -p "${1:-$root/results/scaling_model/measured}" && cd "${1:-$root/re
 steps=${STEPS:-12}
 batch=${BATCH:-8}
 collectives=${COLLECTIVES:-ring}
+embedding=${EMBEDDING:-sparse}
+strategies=${STRATEGIES:-ddp zero1 zero2 fsdp}
 [ "$(id -u)" -eq 0 ] || { echo "measure.sh: the test hosts need root" >&2; exit 1; }
 for f in mpibert mpibert-prep bench_allreduce; do
   [ -x "$bin/$f" ] || { echo "measure.sh: $bin/$f not built (bash scripts/build.sh)" >&2; exit 1; }
@@ -36,8 +40,8 @@ vocab=$root/data_prep/data/bert-base-uncased/vocab.txt
 "$bin/mpibert-prep" split "$root/data_prep/data/squad/dev-v1.1.json.gz" --articles 0:8 --out "$work/train.json" > /dev/null
 "$bin/mpibert-prep" --input "$work/train.json" --vocab "$vocab" --out "$work/shards" --split train --log-level warn
 
-link_json() {  # RATE_MBIT|null HOSTS BUCKET STRATEGY COLLECTIVES
-  printf '{"rate_mbit": %s, "delay_ms": 0, "hosts": %s, "bucket_mb": %s, "strategy": "%s", "mpi_collectives": "%s"}\n' "$@"
+link_json() {  # RATE_MBIT|null HOSTS BUCKET STRATEGY COLLECTIVES EMBEDDING
+  printf '{"rate_mbit": %s, "delay_ms": 0, "hosts": %s, "bucket_mb": %s, "strategy": "%s", "mpi_collectives": "%s", "embedding_exchange": "%s"}\n' "$@"
 }
 
 strategies_at() {  # RATE -> "STRATEGY BUCKET_MB" lines
@@ -55,24 +59,28 @@ for rate in ${RATES:-100 1000 unlimited}; do
   for p in 2 3; do
     # Up to 8 MiB: past the small model's buckets (1 MiB, then 15.7 MiB) the bytes term is fitted;
     # few iterations, as 100 Mbit/s makes a large one take seconds.
-    echo "measure.sh: bench_allreduce, $p hosts, $rate Mbit/s"
-    bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/bench_allreduce --op all --min-bytes 1K --max-bytes 16M --mpi-collectives $collectives" \
-      "--factor 4 --warmup 2 --iters 5" > "$work/bench.out" 2> "$work/bench.log" ||
-      { cat "$work/bench.log" >&2; exit 1; }
-    sed -n '/^# mpibert bench_allreduce/,$p' "$work/bench.out" > "$out/allreduce-$rate-${p}r.txt"  # not mpirun's map
+    if [ "${ALLREDUCE:-1}" != 0 ]; then
+      echo "measure.sh: bench_allreduce, $p hosts, $rate Mbit/s"
+      bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/bench_allreduce --op all --min-bytes 1K --max-bytes 16M --mpi-collectives $collectives" \
+        "--factor 4 --warmup 2 --iters 5" > "$work/bench.out" 2> "$work/bench.log" ||
+        { cat "$work/bench.log" >&2; exit 1; }
+      sed -n '/^# mpibert bench_allreduce/,$p' "$work/bench.out" > "$out/allreduce-$rate-${p}r.txt"  # not mpirun's map
+    fi
     mapfile -t specs < <(strategies_at "$rate")
     for spec in "${specs[@]}"; do
       read -r strategy bucket <<< "$spec"
+      [[ " $strategies " == *" $strategy "* ]] || continue
       name=$rate-${p}h-$strategy-${bucket}mb
       echo "measure.sh: $name"
       rm -rf "$work/run"
       bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/mpibert train --model-config $root/configs/small-bert.json" \
         "--vocab $vocab --train-shards $work/shards --output-dir $work/run --strategy $strategy --bucket-mb $bucket" \
         "--batch-size $batch --padding full --max-steps $steps --threads 1 --seed 7 --logging-steps 1 --save-steps 0" \
-        "--collective-timeout 300 --mpi-collectives $collectives" > "$work/train.log" 2>&1 || { tail -30 "$work/train.log" >&2; exit 1; }
+        "--collective-timeout 300 --mpi-collectives $collectives --embedding-exchange $embedding" > "$work/train.log" 2>&1 || { tail -30 "$work/train.log" >&2; exit 1; }
       mkdir -p "$out/$name"
       cp "$work/run/results.json" "$work/run/metrics.jsonl" "$out/$name/"
-      link_json "$([ "$rate" = unlimited ] && echo null || echo "$rate")" "$p" "$bucket" "$strategy" "$collectives" > "$out/$name/link.json"
+      link_json "$([ "$rate" = unlimited ] && echo null || echo "$rate")" "$p" "$bucket" "$strategy" "$collectives" \
+        "$([ "$strategy" = ddp ] && echo "$embedding" || echo dense)" > "$out/$name/link.json"
     done
   done
 done

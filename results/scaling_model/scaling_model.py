@@ -35,6 +35,10 @@ Approximations (stated, not hidden):
     first_bucket_mb (1 MiB), later ones bucket_mb; a bucket closes when the next parameter
     would exceed its capacity (it always takes one); fp32 bytes; the element count is rounded
     up to a multiple of the world size. fsdp's units are padded the same way.
+  * ddp with the sparse embedding exchange (mpibert's default): the word embedding is a group of
+    its own, the last; a mask all-reduce (vocab x 4 bytes) goes first as backward starts, and the
+    embedding's all-reduce carries rows x H x 4 bytes (the rows a step touched: from results.json
+    in `check`, from embedding_rows.json in `project`), or the whole table past 90% of the vocab.
   * A parameter's gradient is ready at backward_time x (cumulative backward cost, in reverse
     registration order, up to and including it) / (total cost). Costs per token:
     Linear weight 2*numel (grad-input and grad-weight matmuls, each numel MACs);
@@ -79,6 +83,7 @@ from dataclasses import dataclass, field
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1024 * 1024
 FIRST_BUCKET_MB = 1.0
+SPARSE_ROWS_MAX_FRACTION = 0.9  # DataParallelOptions::sparse_rows_max_fraction
 PROJECTION_GPUS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 BUCKET_CHOICES_MB = [1, 5, 10, 25, 50, 100]
 STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
@@ -197,9 +202,12 @@ class Bucket:
         return 4 * self.numel
 
 
-def build_buckets(numels, bucket_mb, world, first_bucket_mb=FIRST_BUCKET_MB):
+def build_buckets(numels, bucket_mb, world, first_bucket_mb=FIRST_BUCKET_MB, sparse_embedding=False):
+    """`sparse_embedding`: parameter 0, the word embedding, is a group of its own, the last."""
     buckets, filled = [], 0
     for k in reversed(range(len(numels))):
+        if sparse_embedding and k == 0:
+            continue
         capacity = (first_bucket_mb if len(buckets) <= 1 else bucket_mb) * MIB
         nbytes = 4 * numels[k]
         if not buckets or (buckets[-1].members and filled + nbytes > capacity):
@@ -208,6 +216,8 @@ def build_buckets(numels, bucket_mb, world, first_bucket_mb=FIRST_BUCKET_MB):
         buckets[-1].members.append(k)
         buckets[-1].numel += numels[k]
         filled += nbytes
+    if sparse_embedding:
+        buckets.append(Bucket([0], numels[0]))
     for bucket in buckets:
         bucket.numel = -(-bucket.numel // world) * world
     return buckets
@@ -358,6 +368,7 @@ class StepInput:
     strategy: str
     world: int
     num_params: int         # parameter tensors (the norm all-reduce has one float64 each)
+    embedding_rows: float = None  # ddp's sparse embedding exchange: the union's rows a step (None: dense)
 
 
 @dataclass
@@ -409,19 +420,35 @@ def after_step_collectives(inp, groups, network):
     return seconds, sent, count
 
 
-def simulate_step(inp, buckets, ready, network):
-    """ddp, zero1, zero2. `network.cost(op, bytes, p)` -> (seconds, algorithm)."""
+def sparse_exchange_bytes(config, rows):
+    """(mask bytes, rows' bytes) of ddp's sparse embedding exchange; the rows' bytes are None where
+    the union passes SPARSE_ROWS_MAX_FRACTION of the vocabulary and the embedding goes dense (as
+    mpibert decides, after the mask's all-reduce)."""
+    vocab = config["vocab_size"]
+    if rows > SPARSE_ROWS_MAX_FRACTION * vocab:
+        return 4 * vocab, None
+    return 4 * vocab, 4 * rows * config["hidden_size"]
+
+
+def simulate_step(inp, buckets, ready, network, sparse=None):
+    """ddp, zero1, zero2. `network.cost(op, bytes, p)` -> (seconds, algorithm). `sparse`: (mask
+    bytes, rows' bytes or None): the mask's all-reduce is issued as backward starts, and the last
+    bucket, the word embedding, sends the rows' bytes instead of its own (unless None)."""
     p = inp.world
     grad_op = "reduce_scatter" if inp.strategy in REDUCE_SCATTER_STRATEGIES else "all_reduce"
-    costs = [network.cost(grad_op, b.nbytes, p) for b in buckets]
+    sizes = [b.nbytes for b in buckets]
+    if sparse:
+        sizes = [sparse[0]] + sizes[:-1] + [sparse[1] if sparse[1] is not None else sizes[-1]]
+        ready = [0.0] + list(ready)
+    costs = [network.cost(grad_op, n, p) for n in sizes]
     exposed = exposed_communication(ready, [c[0] for c in costs], inp.backward)
     gather, sent, count = after_step_collectives(inp, buckets, network)
-    sent += sum(ring_bytes(grad_op, b.nbytes, p) for b in buckets)
+    sent += sum(ring_bytes(grad_op, n, p) for n in sizes)
     bookkeeping = network.cost("all_reduce", 16, p)[0]  # finish_step's sample count
     step = inp.data + inp.forward + inp.backward + exposed + inp.optimizer + gather + bookkeeping
     return StepResult(step, exposed, gather, len(buckets), [c[1] for c in costs], tail=exposed,
                       forward=inp.forward, backward=inp.backward, network_bytes=sent,
-                      collectives=count + (len(buckets) if p > 1 else 0))
+                      collectives=count + (len(sizes) if p > 1 else 0))
 
 
 class CommStream:
@@ -501,22 +528,24 @@ def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
                       collectives=count + (stream.count if p > 1 else 0))
 
 
-def strategy_groups(config, strategy, bucket_mb, world):
+def strategy_groups(config, strategy, bucket_mb, world, sparse_embedding=False):
     """The parameters and the flat groups mpibert makes for them: buckets, or fsdp's units."""
     params = parameter_list(config)
     if strategy == "fsdp":
         return params, build_units(params, world, config["num_hidden_layers"])
-    return params, build_buckets([q.numel for q in params], bucket_mb, world)
+    return params, build_buckets([q.numel for q in params], bucket_mb, world, sparse_embedding=sparse_embedding)
 
 
 def simulate(config, seq_len, inp, bucket_mb, network, micro_batches=1):
     """One step of `inp.strategy` (StepResult)."""
-    params, groups = strategy_groups(config, inp.strategy, bucket_mb, inp.world)
+    sparse_group = inp.strategy == "ddp" and inp.embedding_rows is not None and inp.world > 1
+    params, groups = strategy_groups(config, inp.strategy, bucket_mb, inp.world, sparse_group)
     costs = backward_costs(params, config, seq_len)
     if inp.strategy == "fsdp":
         return simulate_fsdp_step(inp, groups, group_shares(groups, costs), network, micro_batches)
     ready = bucket_ready_times(groups, ready_times(costs, inp.backward))
-    return simulate_step(inp, groups, ready, network)
+    sparse = sparse_exchange_bytes(config, inp.embedding_rows) if sparse_group else None
+    return simulate_step(inp, groups, ready, network, sparse)
 
 
 # ----------------------------------------------------------------------------------------
@@ -642,6 +671,7 @@ class Run:
     exposed_transfer: float   # transfer after backward per step (mean over ranks)
     step: float
     accumulation: int = 1     # micro-batches per step
+    embedding_rows: object = None  # ddp's sparse embedding exchange: mean rows a step (None: dense)
     held_bytes: object = None  # parallel.memory_per_rank: the largest steady_state_bytes over ranks (None: not recorded)
 
 
@@ -682,7 +712,18 @@ def load_run(directory):
                optimizer=per_step["optimizer"], sync=per_step["gradient_sync"],
                exposed_transfer=parallel.get("gradient_transfer_after_backward_seconds_mean", float("nan")) / steps,
                step=require(results, "train_step_seconds", results_path) / steps,
-               accumulation=micro_batches(parameters, results_path), held_bytes=held_memory(parallel, results_path))
+               accumulation=micro_batches(parameters, results_path), held_bytes=held_memory(parallel, results_path),
+               embedding_rows=sparse_rows(parallel, results_path))
+
+
+def sparse_rows(parallel, path):
+    """The mean rows a step's sparse embedding exchange sent (None: the embedding went dense: not
+    asked for, or every step's union too large, or recorded before the exchange existed)."""
+    if parallel.get("embedding_exchange", "dense") != "sparse":
+        return None
+    if require(parallel, "embedding_sparse_exchanges", path, int) == 0:
+        return float("inf")  # every step fell back: the mask, then the dense embedding
+    return require(parallel, "embedding_rows_exchanged_mean", path)
 
 
 def micro_batches(parameters, path):
@@ -781,7 +822,8 @@ def predict_run(run, runs, network):
     if run.strategy in SHARDED_STRATEGIES:
         compute, how = sharded_optimizer_compute(run, runs)
         optimizer = compute if compute is not None else run.optimizer
-    inp = StepInput(run.data, forward, backward, optimizer, run.strategy, run.world, len(parameter_list(run.config)))
+    inp = StepInput(run.data, forward, backward, optimizer, run.strategy, run.world, len(parameter_list(run.config)),
+                    run.embedding_rows)
     result = simulate(run.config, run.seq_len, inp, run.bucket_mb, network, run.accumulation)
     if run.strategy in SHARDED_STRATEGIES and how.startswith("measured"):
         result.step -= result.gather  # the measured optimizer phase already holds them
@@ -1154,9 +1196,43 @@ def gpu_compute(raw, gpu, config, base_config, path):
     return Compute(forward, fwd_bwd - forward, params * bytes_per_param / bandwidth, data)
 
 
-def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len):
+@dataclass
+class EmbeddingRows:
+    """The word-embedding rows a global batch touches (bench_embedding_rows output), measured up to
+    `trusted` features and extrapolated beyond along the last measured Heaps-law slope."""
+    points: list   # (global batch in features, mean rows), ascending, up to `trusted`
+    vocab: int
+
+    def for_global_batch(self, features):
+        (g0, r0), (g1, r1) = self.points[0], self.points[1]
+        for (ga, ra), (gb, rb) in zip(self.points, self.points[1:]):
+            if features <= gb:
+                (g0, r0), (g1, r1) = (ga, ra), (gb, rb)
+                break
+        else:
+            (g0, r0), (g1, r1) = self.points[-2], self.points[-1]
+        slope = math.log(r1 / r0) / math.log(g1 / g0)
+        return min(float(self.vocab), r0 * (features / g0) ** slope)
+
+
+def load_embedding_rows(raw, path):
+    spec = require(raw, "embedding_rows", path, dict)
+    file = os.path.join(os.path.dirname(os.path.abspath(path)), require(spec, "file", f"{path} (embedding_rows)", str))
+    trusted = require(spec, "trusted_up_to_features", f"{path} (embedding_rows)", int)
+    table = read_json(file)
+    points = [(require(row, "global_batch", file, int), require(row, "rows_mean", file))
+              for row in require(table, "sizes", file, list)]
+    points = sorted((g, r) for g, r in points if g <= trusted)
+    if len(points) < 2 or any(r <= 0 for _, r in points):
+        raise InputError(f"{file}: fewer than two sizes up to {trusted} features with rows")
+    return EmbeddingRows(points, require(table, "vocab_size", file, int))
+
+
+def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len, embedding_rows=None):
+    """`embedding_rows`: ddp's sparse exchange sends that many rows (None: the embedding dense)."""
     optimizer = compute.optimizer / p if strategy in SHARDED_STRATEGIES else compute.optimizer
-    inp = StepInput(compute.data, compute.forward, compute.backward, optimizer, strategy, p, len(parameter_list(config)))
+    inp = StepInput(compute.data, compute.forward, compute.backward, optimizer, strategy, p, len(parameter_list(config)),
+                    embedding_rows if strategy == "ddp" else None)
     return simulate(config, seq_len, inp, bucket_mb, cluster)
 
 
@@ -1182,21 +1258,24 @@ class Projection:
     best: StepResult
     best_label: str
     one_gpu: float
-    strategies: dict = field(default_factory=dict)  # ddp/zero1/zero2 at 25 MiB, fsdp: StepResult
+    strategies: dict = field(default_factory=dict)  # ddp/zero1/zero2 at 25 MiB, fsdp, "ddp dense": StepResult
     compute: Compute = None
+    embedding_rows: float = 0.0  # the rows a step's global batch touches (ddp's sparse exchange)
 
 
-def fastest_option(config, compute, cluster, p, seq_len, fsdp):
-    """The fastest of ddp and zero1/zero2 (same collectives, same time) x bucket sizes, and fsdp."""
+def fastest_option(config, compute, cluster, p, seq_len, fsdp, rows):
+    """The fastest of ddp (sparse embedding exchange) and zero1/zero2 (same collectives, same time)
+    x bucket sizes, and fsdp."""
     options = [(fsdp, "fsdp")]
     for strategy, label in (("ddp", "ddp"), ("zero1", "zero1/zero2")):
-        options += [(project_point(config, compute, cluster, p, strategy, mb, seq_len), f"{label} {mb} MiB")
+        options += [(project_point(config, compute, cluster, p, strategy, mb, seq_len, rows), f"{label} {mb} MiB")
                     for mb in BUCKET_CHOICES_MB]
     return min(options, key=lambda o: (round(o[0].step, 12), o[1]))
 
 
 def run_projections(raw, configs, path):
     batch, seq_len = raw["workload"]["batch_per_gpu"], raw["workload"]["seq_len"]
+    embedding_rows = load_embedding_rows(raw, path)
     out = []
     for model, config in configs.items():
         for gpu in raw["gpus"]:
@@ -1205,11 +1284,13 @@ def run_projections(raw, configs, path):
                 cluster = make_cluster(raw, gpu, net, path)
                 one = project_point(config, compute, cluster, 1, "ddp", 25, seq_len).step
                 for p in PROJECTION_GPUS:
-                    by_strategy = {s: project_point(config, compute, cluster, p, s, 25, seq_len) for s in STRATEGIES}
-                    best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"])
+                    rows = embedding_rows.for_global_batch(batch * p)
+                    by_strategy = {s: project_point(config, compute, cluster, p, s, 25, seq_len, rows) for s in STRATEGIES}
+                    by_strategy["ddp dense"] = project_point(config, compute, cluster, p, "ddp", 25, seq_len)
+                    best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"], rows)
                     if p == 1:
                         label = "(no communication)"
-                    out.append(Projection(model, gpu, net, p, by_strategy["ddp"], best, label, one, by_strategy, compute))
+                    out.append(Projection(model, gpu, net, p, by_strategy["ddp"], best, label, one, by_strategy, compute, rows))
     return out, batch
 
 
@@ -1247,6 +1328,27 @@ def recommendations(projections):
                      f"{by_p[512].best_label} | {by_p[512].one_gpu / by_p[512].best.step:.3f} / "
                      f"{by_p[512].one_gpu / by_p[512].default.step:.3f} |")
     return lines
+
+
+def sparse_embedding_table(projections, configs):
+    """ddp 25 MiB with the word embedding dense (as DDP) and by touched rows (mpibert's default)."""
+    ps = [p for p in PROJECTION_GPUS if p >= 8]
+    lines = ["| model | GPU | network | " + " | ".join(f"{p} GPUs" for p in ps) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in ps) + " |"]
+    rows_line = None
+    for pr in projections:
+        if pr.p not in ps or pr.model != "bert-base":
+            continue
+        if pr.p == ps[0]:
+            cells, rows = [], []
+            lines.append(None)
+        dense, sparse = pr.strategies["ddp dense"], pr.strategies["ddp"]
+        cells.append(f"{pr.one_gpu / dense.step:.3f} → {pr.one_gpu / sparse.step:.3f}")
+        rows.append(f"{100 * pr.embedding_rows / configs[pr.model]['vocab_size']:.0f}%")
+        if pr.p == ps[-1]:
+            lines[-1] = f"| {pr.model} | {pr.gpu} | {pr.net} | " + " | ".join(cells) + " |"
+            rows_line = "| rows touched (of the vocabulary) | | | " + " | ".join(rows) + " |"
+    return [line for line in lines if line] + ([rows_line] if rows_line else [])
 
 
 def exposed_ms(pr, strategy):
@@ -1374,6 +1476,7 @@ def throughput_at_largest_batch(raw, configs, table, path):
     (compute per sample as at the workload's batch: see at_batch)."""
     devices, _, _ = load_devices(raw, path)
     batch, seq_len = raw["workload"]["batch_per_gpu"], raw["workload"]["seq_len"]
+    embedding_rows = load_embedding_rows(raw, path)
     ps = [p for p in PROJECTION_GPUS if p >= 8]
     lines = ["| model | GPU | network | GPUs | ddp: batch, samples/s/GPU | zero2: batch, samples/s/GPU | "
              "fsdp: batch, samples/s/GPU | fsdp / ddp |", "| --- | --- | --- | ---: | --- | --- | --- | ---: |"]
@@ -1386,7 +1489,8 @@ def throughput_at_largest_batch(raw, configs, table, path):
                     rates = {}
                     for strategy in ("ddp", "zero2", "fsdp"):
                         b = table[(model, "bf16", device.name, strategy)][ps.index(p)]
-                        step = project_point(config, at_batch(compute, b / batch), cluster, p, strategy, 25, seq_len).step
+                        rows = embedding_rows.for_global_batch(b * p)
+                        step = project_point(config, at_batch(compute, b / batch), cluster, p, strategy, 25, seq_len, rows).step
                         rates[strategy] = (b, b / step if b else 0.0)
                     cells = " | ".join(f"{b}, {r:.0f}" for b, r in rates.values())
                     ratio = rates["fsdp"][1] / rates["ddp"][1] if rates["ddp"][1] else float("nan")
@@ -1443,6 +1547,15 @@ than the gradient all-reduce (the model has NVLink at 235 GB/s) limited NVIDIA's
 A100 figure: x{b8.p * b8.one_gpu / b8.default.step:.2f}.
 """
 
+
+SPARSE_EMBEDDING_NOTES = """The word embedding (23.4M of bert-base's 108.9M parameters) is the last gradient backward
+produces, so its all-reduce is never hidden. mpibert's ddp all-reduces only the rows the step's
+global batch touched (`--embedding-exchange sparse`, the default), after a mask of those rows
+(vocabulary x 4 bytes) all-reduced as backward starts. How many rows a global batch touches is
+measured on SQuAD v1.1 dev features (`embedding_rows.json`, `bench_embedding_rows`) up to 1,024
+features and extrapolated beyond (clusters.json `embedding_rows`: an assumption). The model
+treats the rows' all-reduce as any all-reduce of that many bytes; the copies in and out
+(index_select, index_copy_) and the host's wait for the union's size are not modelled."""
 
 PROJECTION_NOTES = """## What the projection assumes
 
@@ -1511,7 +1624,11 @@ def write_projection(clusters_path, out, plot=True):
              "(BertForQuestionAnswering, no pooler).", "",
              "## Recommended configuration (fastest of ddp, zero1/zero2 x buckets 1, 5, 10, 25, 50, 100 MiB, and fsdp)", ""]
     lines += recommendations(projections) + ["", PROJECTION_NOTES]
-    lines += ["## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets)", ""] + strategy_summary(projections)
+    lines += ["## The word embedding by touched rows (ddp, 25 MiB buckets)", "", SPARSE_EMBEDDING_NOTES, "",
+              "Efficiency, the embedding all-reduced dense → by the rows the global batch touched "
+              f"(batch {batch} per GPU; over {100 * SPARSE_ROWS_MAX_FRACTION:.0f}% of the vocabulary it goes dense):", ""]
+    lines += sparse_embedding_table(projections, configs)
+    lines += ["", "## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets)", ""] + strategy_summary(projections)
     lines += ["", "Bytes each GPU sends per step (ring formulas, (p-1)/p x bytes per gather or reduce-scatter, "
               "2(p-1)/p per all-reduce), from the simulated collectives:", ""] + traffic_paragraph(projections, configs)
     lines += [""] + memory_section(raw, configs, batches, clusters_path) + ["", "## Tables", ""]

@@ -20,7 +20,7 @@ namespace mpibert {
 struct ModelCommands::Impl {
   CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr, *env = nullptr;
   TrainOptions options;
-  std::string padding = "dynamic", log_level = "info", strategy = "ddp";
+  std::string padding = "dynamic", log_level = "info", strategy = "ddp", embedding_exchange = "sparse";
   int threads = 0;
   double collective_timeout = 300;
   bool log_all_ranks = false;
@@ -68,6 +68,12 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->add_option("--warmup-steps", o.warmup_steps)->capture_default_str();
   c->add_option("--warmup-ratio,--warmup_ratio", o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
   c->add_option("--max-grad-norm", o.max_grad_norm)->capture_default_str();
+  c->add_option("--optim", o.optim,
+                "as HF's --optim: adamw_torch_fused (torch's fused kernel, one pass per tensor: HF's default with "
+                "torch >= 2.8) or adamw_torch (torch's AdamW op for op, HF's default before; the same update within "
+                "round-off)")
+      ->check(CLI::IsMember({"adamw_torch", "adamw_torch_fused"}))
+      ->capture_default_str();
   c->add_option("--seed", o.seed)->capture_default_str();
   c->add_option("--padding", impl_->padding,
                 "dynamic (to the longest in the batch, multiple of 8), full, or packed (no padding: the batch's features end "
@@ -108,6 +114,11 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "fsdp"}))
       ->capture_default_str();
   c->add_option("--bucket-mb", o.parallel.bucket_mb, "gradient bucket size in MiB (DDP's bucket_cap_mb)")->capture_default_str();
+  c->add_option("--embedding-exchange", impl_->embedding_exchange,
+                "ddp: sparse (only the word-embedding rows a step touched are all-reduced; dense when their union "
+                "passes 90% of the vocabulary) or dense (the whole embedding, as DDP)")
+      ->check(CLI::IsMember({"sparse", "dense"}))
+      ->capture_default_str();
   c->add_option("--collective-timeout", impl_->collective_timeout,
                 "seconds a rank waits in a collective before it reports what it waited for and ends the job (0: forever)")
       ->capture_default_str();
@@ -236,6 +247,7 @@ int ModelCommands::Impl::run_train() {
   agree_on(Ranks::of_world(), [&] { check_command_line(); });
   options.padding = parse_padding(padding, "--padding");
   options.parallel.strategy = parse_strategy(strategy);
+  options.parallel.embedding_exchange = parse_embedding_exchange(embedding_exchange);
   options.config_record = "[train]\n" + train->config_to_str(true, true);
   nlohmann::ordered_json results = mpibert::train(options);
   if (results["preempted"].get<bool>()) return kExitRequeue;

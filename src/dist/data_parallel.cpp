@@ -34,6 +34,16 @@ const char* strategy_name(Strategy strategy) {
   return "ddp";
 }
 
+EmbeddingExchange parse_embedding_exchange(const std::string& name) {
+  if (name == "sparse") return EmbeddingExchange::kSparse;
+  if (name == "dense") return EmbeddingExchange::kDense;
+  throw InputError(describe("--embedding-exchange", name, "unknown exchange (sparse, dense)"));
+}
+
+const char* embedding_exchange_name(EmbeddingExchange exchange) {
+  return exchange == EmbeddingExchange::kSparse ? "sparse" : "dense";
+}
+
 void release_storage(const torch::Tensor& flat) {
   c10::StorageImpl* storage = flat.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
@@ -95,11 +105,13 @@ void DataParallel::Impl::account(bool wait) {
 }
 
 // Reverse registration order; a bucket closes when the next parameter would take it past its
-// capacity (the first bucket's is small, so its reduction starts early in backward).
+// capacity (the first bucket's is small, so its reduction starts early in backward). A sparse
+// word embedding (registered first, so last in this order) is a group of its own.
 void DataParallel::Impl::build_buckets() {
   const double mib = 1024.0 * 1024.0;
   double bucket_bytes = 0;
   for (size_t k = parameters.size(); k-- > 0;) {
+    if (sparse && k == sparse->parameter) continue;
     const double capacity = (groups.size() <= 1 ? options.first_bucket_mb : options.bucket_mb) * mib;
     const double parameter_bytes = static_cast<double>(parameters[k].nbytes());
     if (groups.empty() || (!groups.back().members.empty() && bucket_bytes + parameter_bytes > capacity)) {
@@ -112,7 +124,23 @@ void DataParallel::Impl::build_buckets() {
     bucket.numel += parameters[k].numel();
     bucket_bytes += parameter_bytes;
   }
+  if (sparse) {
+    sparse->group = groups.size();
+    FlatGroup& embedding = groups.emplace_back();
+    embedding.members = {sparse->parameter};
+    embedding.offsets = {0};
+    embedding.numel = parameters[sparse->parameter].numel();
+  }
   for (size_t b = 0; b < groups.size(); ++b) groups[b].what = "gradient bucket " + std::to_string(b);
+}
+
+void DataParallel::Impl::set_up_sparse_embedding(const BertForQuestionAnsweringImpl& bert) {
+  const torch::Tensor& weight = bert.bert->embeddings->word_embeddings->weight;
+  auto found = std::find_if(parameters.begin(), parameters.end(), [&](const torch::Tensor& p) { return p.is_same(weight); });
+  if (found == parameters.end()) throw std::logic_error("sparse embedding exchange: the word embedding is not a parameter");
+  sparse = std::make_unique<SparseEmbedding>();
+  sparse->parameter = static_cast<size_t>(found - parameters.begin());
+  sparse->vocab = weight.size(0);
 }
 
 // fsdp: one group per unit of the model, its parameters in registration order.
@@ -257,6 +285,7 @@ void DataParallel::Impl::issue(const PlannedCollective& collective) {
 void DataParallel::Impl::reduce(size_t g) {
   FlatGroup& group = groups[g];
   torch::NoGradGuard no_grad;
+  if (sparse && g == sparse->group && reduce_touched_rows()) return;
   allocate_zeroed_if_released(group.grads);  // no gradient reached the group this time (fsdp, zero2)
   group.grads.div_(world);  // average as DDP does: divide, then sum
   if (options.strategy == Strategy::kDdp) {
@@ -269,6 +298,48 @@ void DataParallel::Impl::reduce(size_t g) {
   }
   reductions_this_step.push_back(group.reduction);
   bytes += static_cast<int64_t>(group.grads.nbytes());
+}
+
+// Issued before any bucket on every rank, it is done long before the embedding's gradient is.
+void DataParallel::Impl::start_touched_reduction() {
+  if (!sparse || !sparse->touched.defined()) return;
+  sparse->touched_reduction = communicator->all_reduce_sum(sparse->touched, "all-reduce of the word embedding rows touched");
+  reductions_this_step.push_back(sparse->touched_reduction);
+  bytes += static_cast<int64_t>(sparse->touched.nbytes());
+}
+
+// Every rank finds the same union (the mask sums whole numbers exactly) and so takes the same branch.
+bool DataParallel::Impl::reduce_touched_rows() {
+  SparseEmbedding& s = *sparse;
+  if (!s.touched_reduction) return false;
+  s.touched_reduction->wait();
+  torch::Tensor rows = s.touched.nonzero().flatten();  // ascending; on a GPU the host waits for it here
+  s.touched = torch::Tensor();
+  s.touched_reduction.reset();
+  if (static_cast<double>(rows.numel()) > options.sparse_rows_max_fraction * static_cast<double>(s.vocab)) {
+    ++dense_fallbacks;
+    return false;
+  }
+  FlatGroup& group = groups[s.group];
+  const torch::Tensor& gradient = parameters[s.parameter].grad();
+  s.rows = rows;
+  s.values = gradient.index_select(0, rows).div_(world);
+  group.reduction = communicator->all_reduce_sum(
+      s.values, "all-reduce of " + std::to_string(rows.numel()) + " touched rows of " + group.what);
+  reductions_this_step.push_back(group.reduction);
+  bytes += static_cast<int64_t>(s.values.nbytes());
+  ++sparse_exchanges;
+  embedding_rows += rows.numel();
+  return true;
+}
+
+// Rows outside the union are zero on every rank, so the dense average there is zero too.
+void DataParallel::Impl::copy_back_reduced_rows() {
+  if (!sparse || !sparse->rows.defined()) return;
+  torch::NoGradGuard no_grad;
+  groups[sparse->group].reduction->wait();
+  parameters[sparse->parameter].grad().index_copy_(0, sparse->rows, sparse->values);
+  sparse->rows = sparse->values = torch::Tensor();
 }
 
 // On a GPU, wait() only orders the caller's stream after the transfer, and memory released then is
@@ -305,6 +376,7 @@ void DataParallel::Impl::close_backward() {
     if (group.reduction) group.reduction->wait();
   }
   release_reduced(/*wait=*/true);
+  copy_back_reduced_rows();
   // fsdp: each unit released its parameters when its backward ended. (Not here: on accumulation this
   // runs after the next micro-batch's forward, which kept the last unit's for its backward.)
   if (fsdp) ++reduced_micro_batches;
@@ -334,6 +406,8 @@ DataParallel::DataParallel(BertForQuestionAnswering& model, std::shared_ptr<Comm
   if (d.fsdp) {
     d.build_units(*model);
   } else {
+    if (options.strategy == Strategy::kDdp && options.embedding_exchange == EmbeddingExchange::kSparse)
+      d.set_up_sparse_embedding(*model);
     d.build_buckets();
   }
   d.attach_gradient_views();
@@ -354,8 +428,9 @@ DataParallel::DataParallel(BertForQuestionAnswering& model, std::shared_ptr<Comm
     for (FlatGroup& group : d.groups) release_storage(group.grads);
   int64_t bytes = 0;
   for (const FlatGroup& group : d.groups) bytes += group.numel * group.grads.element_size();
-  spdlog::info("{} over {} ranks ({}): {} {}, {:.1f} MiB; optimizer state {:.1f} MiB on this rank", strategy_name(options.strategy),
+  spdlog::info("{} over {} ranks ({}): {} {}{}, {:.1f} MiB; optimizer state {:.1f} MiB on this rank", strategy_name(options.strategy),
                d.world, communicator_->backend(), d.groups.size(), d.fsdp ? "units" : "gradient buckets",
+               d.sparse ? " (the last, the word embedding, by the rows a step touched)" : "",
                static_cast<double>(bytes) / (1024.0 * 1024.0), static_cast<double>(optimizer_state_bytes()) / (1024.0 * 1024.0));
 }
 
@@ -364,6 +439,10 @@ DataParallel::~DataParallel() {
 }
 
 size_t DataParallel::num_buckets() const { return impl_->groups.size(); }
+
+EmbeddingExchange DataParallel::embedding_exchange() const {
+  return impl_->sparse ? EmbeddingExchange::kSparse : EmbeddingExchange::kDense;
+}
 
 std::vector<DataParallel::BucketLayout> DataParallel::bucket_layout() const {
   std::vector<BucketLayout> layout;
@@ -395,6 +474,15 @@ void DataParallel::broadcast_parameters() {
   for (auto& work : works) work->wait();
 }
 
+void DataParallel::note_input_ids(const torch::Tensor& input_ids) {
+  SparseEmbedding* sparse = impl_->sparse.get();
+  if (!sparse) return;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& weight = impl_->parameters[sparse->parameter];
+  if (!sparse->touched.defined()) sparse->touched = torch::zeros({sparse->vocab}, weight.options().requires_grad(false));
+  sparse->touched.index_fill_(0, input_ids.reshape({-1}).to(weight.device(), torch::kLong), 1.0);
+}
+
 void DataParallel::begin_backward(bool synchronize) {
   Impl& d = *impl_;
   if (!communicator_) return;
@@ -409,6 +497,7 @@ void DataParallel::begin_backward(bool synchronize) {
     group.pending = static_cast<int>(group.members.size());
     group.reduction.reset();
   }
+  d.start_touched_reduction();
 }
 
 void DataParallel::finish_gradient_sync() {
@@ -514,6 +603,9 @@ SyncStats DataParallel::sync_stats() const {
   stats.busy_seconds = impl_->busy_seconds;
   stats.exposed_transfer_seconds = impl_->exposed_transfer_seconds;
   stats.bytes = impl_->bytes;
+  stats.sparse_exchanges = impl_->sparse_exchanges;
+  stats.dense_fallbacks = impl_->dense_fallbacks;
+  stats.embedding_rows = impl_->embedding_rows;
   return stats;
 }
 

@@ -47,6 +47,15 @@ struct PlannedCollective {
   bool ready = false;
 };
 
+// ddp's sparse exchange of the word embedding's gradient (data_parallel.hpp).
+struct SparseEmbedding {
+  size_t parameter = 0, group = 0;  // the embedding and its group of its own
+  int64_t vocab = 0;
+  torch::Tensor touched;                 // rows this step's micro-batches embedded: 1, else 0 ([vocab] float)
+  std::shared_ptr<Work> touched_reduction;  // the mask summed over ranks, in flight from the last backward's start
+  torch::Tensor rows, values;            // the union's row indices and their gradients, being all-reduced
+};
+
 struct DataParallel::Impl {
   DataParallelOptions options;
   Communicator* communicator = nullptr;
@@ -67,6 +76,8 @@ struct DataParallel::Impl {
   std::unique_ptr<UnitHooks> unit_hooks;     // fsdp
   BertForQuestionAnsweringImpl* model = nullptr;
   bool warned_unused = false;
+  std::unique_ptr<SparseEmbedding> sparse;  // ddp with --embedding-exchange sparse
+  int64_t sparse_exchanges = 0, dense_fallbacks = 0, embedding_rows = 0;
   std::unique_ptr<AdamW> optimizer;  // one process and ddp: every parameter; sharded: this rank's slices
   // Sharded: per slice, the parameter it belongs to (for the norm) and its gradient.
   std::vector<size_t> slice_parameter;
@@ -84,6 +95,7 @@ struct DataParallel::Impl {
 
   void account(bool wait);
   void build_buckets();
+  void set_up_sparse_embedding(const BertForQuestionAnsweringImpl& model);
   void build_units(const BertForQuestionAnsweringImpl& model);
   void attach_gradient_views();
   void build_shards(const AdamWOptions& adam);
@@ -98,6 +110,11 @@ struct DataParallel::Impl {
   void issue_ready();
   void issue(const PlannedCollective& collective);
   void reduce(size_t group);
+  // The sparse embedding: the mask's all-reduce, the union's rows all-reduced (false: the union is
+  // too large, or no ids were noted; the group goes dense), and the reduced rows copied back.
+  void start_touched_reduction();
+  bool reduce_touched_rows();
+  void copy_back_reduced_rows();
   void close_backward();
   // Releases the full gradients whose reductions have finished (all of them, waiting, with `wait`).
   void release_reduced(bool wait);

@@ -1,6 +1,9 @@
 #include "mpibert/model/optimizer.hpp"
 
 #include <cmath>
+#include <map>
+
+#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 
@@ -16,9 +19,41 @@ AdamW::AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_paramet
                       uses_weight_decay(item.key()) ? options.weight_decay : 0.0});
 }
 
+bool parse_fused_adamw(const std::string& optim, const std::string& flag) {
+  if (optim == "adamw_torch") return false;
+  if (optim == "adamw_torch_fused") return true;
+  throw InputError(describe(flag, optim, "unknown optimizer (adamw_torch, adamw_torch_fused)"));
+}
+
+// One call of torch's fused kernel per weight-decay value (it takes one), over the slots with a
+// gradient; the step count goes in as a tensor, as torch.optim.AdamW(fused=True) passes it.
+void AdamW::fused_step(double lr) {
+  std::map<double, std::vector<const Slot*>> by_decay;
+  for (const Slot& slot : slots_)
+    if (slot.parameter.grad().defined()) by_decay[slot.weight_decay].push_back(&slot);
+  for (const auto& [decay, slots] : by_decay) {
+    std::vector<torch::Tensor> parameters, grads, exp_avgs, exp_avg_sqs, steps;
+    const torch::Tensor step = torch::full({}, static_cast<double>(steps_taken_),
+                                           torch::TensorOptions().dtype(torch::kFloat).device(slots.front()->parameter.device()));
+    for (const Slot* slot : slots) {
+      parameters.push_back(slot->parameter);
+      grads.push_back(slot->parameter.grad());
+      exp_avgs.push_back(slot->exp_avg);
+      exp_avg_sqs.push_back(slot->exp_avg_sq);
+      steps.push_back(step);
+    }
+    at::_fused_adamw_(parameters, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, options_.beta1, options_.beta2, decay,
+                      options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_taken_;
+  if (options_.fused) {
+    fused_step(lr);
+    return;
+  }
   // Python scalars in torch are doubles; computing them here in double gives the same kernels the
   // same arguments.
   const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_taken_));

@@ -54,6 +54,7 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& 
           {"warmup_steps", o.warmup_steps},
           {"warmup_ratio", o.warmup_ratio},
           {"max_grad_norm", o.max_grad_norm},
+          {"optim", o.optim},
           {"seed", o.seed},
           {"padding", padding_name(o.padding)},
           {"group_by_length", o.group_by_length},
@@ -63,6 +64,7 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& 
           {"eval_batch_size", o.eval_batch_size},
           {"strategy", strategy_name(o.parallel.strategy)},
           {"bucket_mb", o.parallel.bucket_mb},
+          {"embedding_exchange", embedding_exchange_name(o.parallel.embedding_exchange)},
           {"device", o.device},
           {"comm", o.comm},
           {"mpi_collectives", o.mpi_collectives},
@@ -260,6 +262,7 @@ void Trainer::set_up_schedule() {
 void Trainer::set_up_parallel() {
   AdamWOptions adam;
   adam.weight_decay = options_.weight_decay;
+  adam.fused = parse_fused_adamw(options_.optim, "--optim");
   if (ranks_.size > 1)
     communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout(),
                                       MpiCollectives::parse(options_.mpi_collectives, "--mpi-collectives"));
@@ -340,6 +343,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
       return forward_batch(model(), batch).loss / static_cast<double>(accumulation);
     });
     timed(phases_.backward, "mpibert::backward", [&] {
+      parallel_->note_input_ids(batch.input_ids);
       parallel_->begin_backward(/*synchronize=*/micro + 1 == accumulation);
       loss.backward();
     });
@@ -505,6 +509,11 @@ nlohmann::ordered_json Trainer::parallel_summary() const {
           {"gradient_buckets", parallel_->num_buckets()},
           {"bucket_mb", options_.parallel.bucket_mb},
           {"gradient_bytes_reduced_per_rank", sync.bytes},
+          {"embedding_exchange", embedding_exchange_name(parallel_->embedding_exchange())},
+          {"embedding_sparse_exchanges", sync.sparse_exchanges},
+          {"embedding_dense_fallbacks", sync.dense_fallbacks},
+          {"embedding_rows_exchanged_mean",
+           sync.sparse_exchanges > 0 ? static_cast<double>(sync.embedding_rows) / static_cast<double>(sync.sparse_exchanges) : 0.0},
           {"gradient_transfer_seconds_mean", job.busy_seconds / ranks_.size},
           {"gradient_transfer_after_backward_seconds_mean", job.exposed_transfer_seconds / ranks_.size},
           {"hidden_transfer_fraction", job.hidden_fraction()},

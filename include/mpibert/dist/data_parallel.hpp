@@ -27,6 +27,14 @@
 //          every micro-batch, and gradients are reduce-scattered every micro-batch too (keeping
 //          them whole until the last would cost the memory fsdp exists to save).
 //
+// The word embedding (ddp, --embedding-exchange sparse): a step touches only the rows of its
+// tokens' ids, and every other row's gradient is exactly zero on every rank. The embedding is its
+// own group, the last one backward fills: at the start of the step's last backward the ranks
+// all-reduce a mask of the rows their micro-batches touched (vocab floats, hidden behind
+// backward), and when the embedding's gradient is complete only the union of those rows is
+// all-reduced and copied back; a union above sparse_rows_max_fraction of the vocabulary goes
+// dense. The mask is fixed-size, where gathering the indices would grow with the ranks.
+//
 // With one process (no communicator) this is plain clipping + AdamW, whatever the strategy.
 #pragma once
 
@@ -47,10 +55,19 @@ Strategy parse_strategy(const std::string& name);  // "ddp" | "zero1" | "zero2" 
 const char* strategy_name(Strategy strategy);
 inline constexpr const char* kStrategyNames = "ddp, zero1, zero2, fsdp";
 
+enum class EmbeddingExchange { kDense, kSparse };
+EmbeddingExchange parse_embedding_exchange(const std::string& name);  // "dense" | "sparse"
+const char* embedding_exchange_name(EmbeddingExchange exchange);
+
 struct DataParallelOptions {
   Strategy strategy = Strategy::kDdp;
   double bucket_mb = 25;        // bucket capacity (MiB of gradients), as DDP's bucket_cap_mb
   double first_bucket_mb = 1;   // the first bucket, reduced while most of backward is still to come
+  // ddp only (the sharded strategies reduce-scatter the embedding whole).
+  EmbeddingExchange embedding_exchange = EmbeddingExchange::kSparse;
+  // Of the vocabulary; a larger union is all-reduced dense. The rows' copies cost little beside the
+  // transfer (GPU memory or host memory against the network), so sparse pays almost to the whole.
+  double sparse_rows_max_fraction = 0.9;
 };
 
 // Timing of the gradient synchronization so far.
@@ -59,6 +76,8 @@ struct SyncStats {
   double busy_seconds = 0;              // gradient transfers took (from all ranks present to completion)
   double exposed_transfer_seconds = 0;  // the part of those transfers after backward ended (on a GPU: on its stream)
   int64_t bytes = 0;
+  int64_t sparse_exchanges = 0, dense_fallbacks = 0;  // steps whose embedding went by rows / whole
+  int64_t embedding_rows = 0;                          // rows exchanged, summed over the sparse steps
   // Fraction of the transfer time that overlapped backward.
   double hidden_fraction() const { return busy_seconds > 0 ? 1.0 - exposed_transfer_seconds / busy_seconds : 0.0; }
 };
@@ -87,6 +106,9 @@ class DataParallel {
   void gather_full_parameters();
   void release_full_parameters();
 
+  // Before each micro-batch's backward: the token ids it embedded (for the sparse embedding
+  // exchange; ignored otherwise; a step none were noted for goes dense).
+  void note_input_ids(const torch::Tensor& input_ids);
   // Before each micro-batch's backward: `synchronize` is false on gradient-accumulation
   // micro-steps (DDP's no_sync), true on the last one of a step.
   void begin_backward(bool synchronize);
@@ -124,6 +146,8 @@ class DataParallel {
   };
   std::vector<BucketLayout> bucket_layout() const;
   size_t num_buckets() const;
+  // kSparse where the word embedding goes by touched rows (ddp over ranks, asked for).
+  EmbeddingExchange embedding_exchange() const;
 
   struct Impl;  // opaque here (src/dist/data_parallel_impl.hpp)
 

@@ -17,7 +17,14 @@ bool uses_weight_decay(const std::string& parameter_name);
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;  // for parameters where uses_weight_decay() holds; the others get 0
+  // torch.optim.AdamW(fused=True), HF's --optim adamw_torch_fused: one pass over parameter,
+  // gradient and moments per tensor (torch's fused kernel, CPU or CUDA) instead of six; the same
+  // update within float round-off. Off: HF's default adamw_torch, op for op.
+  bool fused = false;
 };
+
+// HF's --optim names: "adamw_torch" (fused off) | "adamw_torch_fused".
+bool parse_fused_adamw(const std::string& optim, const std::string& flag);
 
 class AdamW {
  public:
@@ -44,6 +51,7 @@ class AdamW {
   AdamWOptions options_;
   std::vector<Slot> slots_;
   int64_t steps_taken_ = 0;
+  void fused_step(double lr);
 };
 
 // transformers.get_linear_schedule_with_warmup: the multiplier of the peak lr after `step`

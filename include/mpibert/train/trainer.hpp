@@ -42,6 +42,9 @@ struct TrainOptions {
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;        // used when warmup_steps is 0
   double max_grad_norm = 1.0;
+  // HF's --optim: adamw_torch | adamw_torch_fused (optimizer.hpp). transformers' default is the
+  // fused kernel with torch >= 2.8, the LibTorch mpibert builds against.
+  std::string optim = "adamw_torch_fused";
   uint64_t seed = 42;
   Padding padding = Padding::kDynamic;
   bool group_by_length = false;     // HF's group_by_length: batches of similar length, less padding
