@@ -483,6 +483,7 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
                            {"weight_decay", options_.weight_decay},
                            {"warmup_steps", warmup_},
                            {"max_grad_norm", options_.max_grad_norm},
+                           {"optim", options_.optim},
                            {"seed", options_.seed},
                            {"padding", padding_name(options_.padding)},
                            {"group_by_length", options_.group_by_length},
