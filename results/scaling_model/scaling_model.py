@@ -717,8 +717,9 @@ def load_run(directory):
 
 
 def sparse_rows(parallel, path):
-    """The mean rows a step's sparse embedding exchange sent (None: the embedding went dense: not
-    asked for, or every step's union too large, or recorded before the exchange existed)."""
+    """The mean rows a step's sparse embedding exchange sent, over the steps that went sparse. None:
+    no exchange (dense asked for, or recorded before it existed); inf: every step's union was too
+    large (the mask, then the whole table). A run whose steps went both ways is taken as sparse."""
     if parallel.get("embedding_exchange", "dense") != "sparse":
         return None
     if require(parallel, "embedding_sparse_exchanges", path, int) == 0:
