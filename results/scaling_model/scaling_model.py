@@ -1332,24 +1332,25 @@ def recommendations(projections):
 
 
 def sparse_embedding_table(projections, configs):
-    """ddp 25 MiB with the word embedding dense (as DDP) and by touched rows (mpibert's default)."""
+    """ddp 25 MiB with the word embedding dense (as DDP) and by touched rows (mpibert's default),
+    bert-base; the last line, the rows touched, is the same for every GPU and network."""
     ps = [p for p in PROJECTION_GPUS if p >= 8]
     lines = ["| model | GPU | network | " + " | ".join(f"{p} GPUs" for p in ps) + " |",
              "| --- | --- | --- | " + " | ".join("---" for _ in ps) + " |"]
-    rows_line = None
+    groups = {}
     for pr in projections:
-        if pr.p not in ps or pr.model != "bert-base":
-            continue
-        if pr.p == ps[0]:
-            cells, rows = [], []
-            lines.append(None)
-        dense, sparse = pr.strategies["ddp dense"], pr.strategies["ddp"]
-        cells.append(f"{pr.one_gpu / dense.step:.3f} → {pr.one_gpu / sparse.step:.3f}")
-        rows.append(f"{100 * pr.embedding_rows / configs[pr.model]['vocab_size']:.0f}%")
-        if pr.p == ps[-1]:
-            lines[-1] = f"| {pr.model} | {pr.gpu} | {pr.net} | " + " | ".join(cells) + " |"
-            rows_line = "| rows touched (of the vocabulary) | | | " + " | ".join(rows) + " |"
-    return [line for line in lines if line] + ([rows_line] if rows_line else [])
+        if pr.model == "bert-base":
+            groups.setdefault((pr.model, pr.gpu, pr.net), {})[pr.p] = pr
+    for (model, gpu, net), by_p in groups.items():
+        cells = [f"{by_p[p].one_gpu / by_p[p].strategies['ddp dense'].step:.3f} → "
+                 f"{by_p[p].one_gpu / by_p[p].strategies['ddp'].step:.3f}" for p in ps]
+        lines.append(f"| {model} | {gpu} | {net} | " + " | ".join(cells) + " |")
+    if groups:
+        by_p = next(iter(groups.values()))
+        vocab = configs["bert-base"]["vocab_size"]
+        lines.append("| rows touched (of the vocabulary) | | | " +
+                     " | ".join(f"{100 * by_p[p].embedding_rows / vocab:.0f}%" for p in ps) + " |")
+    return lines
 
 
 def exposed_ms(pr, strategy):

@@ -333,11 +333,11 @@ bool DataParallel::Impl::reduce_touched_rows() {
   return true;
 }
 
-// Rows outside the union are zero on every rank, so the dense average there is zero too.
+// After close_backward waited for every reduction. Rows outside the union are zero on every rank,
+// so the dense average there is zero too.
 void DataParallel::Impl::copy_back_reduced_rows() {
   if (!sparse || !sparse->rows.defined()) return;
   torch::NoGradGuard no_grad;
-  groups[sparse->group].reduction->wait();
   parameters[sparse->parameter].grad().index_copy_(0, sparse->rows, sparse->values);
   sparse->rows = sparse->values = torch::Tensor();
 }
