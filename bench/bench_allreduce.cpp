@@ -16,8 +16,8 @@
 #include <map>
 
 #include "mpibert/core/process.hpp"
-#include "mpibert/dist/communicator.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/comm/communicator.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "mpibert/model/bert_qa.hpp"
-#include "mpibert/model/optimizer.hpp"
+#include "mpibert/nn/optimizer.hpp"
 
 namespace {
 

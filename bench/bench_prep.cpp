@@ -12,7 +12,7 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/data/shards.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 int main(int argc, char** argv) {
   mpibert::PrepOptions options;

@@ -13,10 +13,10 @@
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/sampler.hpp"
-#include "mpibert/dist/device.hpp"
-#include "mpibert/eval/batch_forward.hpp"
+#include "mpibert/runtime/device.hpp"
+#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/model/flops.hpp"
-#include "mpibert/model/optimizer.hpp"
+#include "mpibert/nn/optimizer.hpp"
 #include "mpibert/train/trainer.hpp"
 
 namespace {

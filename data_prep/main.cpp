@@ -8,7 +8,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/data/shard_building.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 int main(int argc, char** argv) {
   mpibert::PrepOptions options;

@@ -12,14 +12,17 @@ import re
 import sys
 
 LAYERS = {
-    "core": [],                                                     # errors, files, UTF-8, logging, process, time
-    "text": ["core"],                                               # the WordPiece tokenizer
-    "data": ["core", "text"],                                       # SQuAD, features, shards, sampler, batches
-    "model": ["core", "text"],                                      # BERT-QA, safetensors, HF model dirs, AdamW
-    "dist": ["core", "model"],                                      # host collectives, devices, communicators, data parallelism
-    "eval": ["core", "text", "data", "model", "dist"],              # answer extraction, evaluate, official metrics
-    "train": ["core", "text", "data", "model", "dist", "eval"],     # trainer, checkpoints, run log, profiler
-    "cli": ["core", "text", "data", "model", "dist", "eval", "train"],  # the subcommands
+    "core": [],                                          # errors, files, UTF-8, logging, process, time
+    "text": ["core"],                                    # the WordPiece tokenizer
+    "data": ["core", "text"],                            # SQuAD, features, shards, sampler, batches
+    "runtime": ["core"],                                 # the MPI session, host collectives, peers, placement, devices
+    "comm": ["core", "runtime"],                         # the Communicator: MPI and NCCL backends, the ring
+    "nn": ["core"],                                      # any model's training kit: safetensors, AdamW, the model description
+    "parallel": ["core", "runtime", "comm", "nn"],       # the data-parallel strategies, knowing no BERT
+    "model": ["core", "text", "nn"],                     # BERT-QA, HF model dirs, FLOPs
+    "eval": ["core", "text", "data"],                    # answer extraction, the official metrics
+    "train": ["core", "text", "data", "runtime", "comm", "nn", "parallel", "model", "eval"],  # the model on batches, evaluation, trainer
+    "cli": ["core", "text", "data", "runtime", "comm", "nn", "parallel", "model", "eval", "train"],  # the subcommands
 }
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h", ".cc"}
 PROJECT_INCLUDE = re.compile(r'^\s*#\s*include\s+"mpibert/([^"/]+)/([^"]+)"', re.M)

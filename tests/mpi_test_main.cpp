@@ -8,7 +8,7 @@
 #include <string>
 
 #include "mpibert/core/logging.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 namespace mpibert {
 namespace {

@@ -21,9 +21,9 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/core/process.hpp"
-#include "mpibert/dist/communicator.hpp"
-#include "mpibert/dist/host_collectives.hpp"
-#include "mpibert/dist/peers.hpp"
+#include "mpibert/comm/communicator.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/peers.hpp"
 
 namespace mpibert {
 namespace {

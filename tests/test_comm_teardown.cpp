@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "mpibert/dist/communicator.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/comm/communicator.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 namespace mpibert {
 namespace {

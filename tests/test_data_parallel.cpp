@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "mpibert/core/error.hpp"
-#include "mpibert/dist/communicator.hpp"
-#include "mpibert/dist/data_parallel.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/comm/communicator.hpp"
+#include "mpibert/parallel/data_parallel.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "test_support.hpp"
 

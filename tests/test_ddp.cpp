@@ -17,7 +17,7 @@
 
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/process.hpp"
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

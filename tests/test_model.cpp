@@ -10,7 +10,7 @@
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -9,7 +9,7 @@
 #include "mpibert/cli/prep_command.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/data/shards.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -9,7 +9,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
-#include "mpibert/model/optimizer.hpp"
+#include "mpibert/nn/optimizer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -8,9 +8,9 @@
 #include <stdexcept>
 
 #include "mpibert/core/error.hpp"
-#include "mpibert/dist/communicator.hpp"
-#include "mpibert/dist/device.hpp"
-#include "mpibert/dist/placement.hpp"
+#include "mpibert/comm/communicator.hpp"
+#include "mpibert/runtime/device.hpp"
+#include "mpibert/runtime/placement.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -12,7 +12,7 @@
 #include "mpibert/data/shards.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/safetensors.hpp"
 #include "mpibert/train/tensorboard.hpp"
 #include "mpibert/train/trainer.hpp"
 #include "test_support.hpp"

@@ -11,7 +11,7 @@
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/data/shards.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/text/tokenizer.hpp"
 
 namespace fs = std::filesystem;

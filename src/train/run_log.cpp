@@ -11,9 +11,9 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/shards.hpp"
-#include "mpibert/dist/communicator.hpp"
-#include "mpibert/dist/device.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/comm/communicator.hpp"
+#include "mpibert/runtime/device.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 namespace mpibert {
 namespace {

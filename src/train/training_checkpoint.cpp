@@ -12,7 +12,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/json_fields.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 
 namespace fs = std::filesystem;

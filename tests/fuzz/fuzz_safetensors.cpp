@@ -4,7 +4,7 @@
 
 #include "fuzz_input.hpp"
 #include "mpibert/core/error.hpp"
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = mpibert::fuzz::write_file("model.safetensors", mpibert::fuzz::as_text(data, size));

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "mpibert/model/bert_qa.hpp"
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/safetensors.hpp"
 
 namespace mpibert {
 

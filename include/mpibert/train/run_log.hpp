@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/eval/evaluate.hpp"
+#include "mpibert/train/evaluate.hpp"
 #include "mpibert/train/tensorboard.hpp"
 
 namespace mpibert {

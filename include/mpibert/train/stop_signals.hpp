@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 namespace mpibert {
 

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mpibert/data/batching.hpp"
-#include "mpibert/dist/data_parallel.hpp"
-#include "mpibert/eval/evaluate.hpp"
+#include "mpibert/parallel/data_parallel.hpp"
+#include "mpibert/train/evaluate.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/train/profiling.hpp"
 

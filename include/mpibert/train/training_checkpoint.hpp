@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "mpibert/core/io.hpp"
-#include "mpibert/dist/data_parallel.hpp"
+#include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/model/bert_qa.hpp"
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/safetensors.hpp"
 
 namespace mpibert {
 

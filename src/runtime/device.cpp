@@ -1,4 +1,4 @@
-#include "mpibert/dist/device.hpp"
+#include "mpibert/runtime/device.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "mpibert/core/error.hpp"
-#include "mpibert/dist/communicator.hpp"
+#include "mpibert/comm/communicator.hpp"
 
 #if defined(MPIBERT_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -43,10 +43,10 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/dist/communicator.hpp"
+#include "mpibert/comm/communicator.hpp"
 #include "mpibert/model/bert_qa.hpp"
-#include "mpibert/model/optimizer.hpp"
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/optimizer.hpp"
+#include "mpibert/nn/safetensors.hpp"
 
 namespace mpibert {
 

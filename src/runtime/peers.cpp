@@ -1,4 +1,4 @@
-#include "mpibert/dist/peers.hpp"
+#include "mpibert/runtime/peers.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "mpibert/core/process.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 namespace mpibert {
 namespace {

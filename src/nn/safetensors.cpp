@@ -1,4 +1,4 @@
-#include "mpibert/model/safetensors.hpp"
+#include "mpibert/nn/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,11 +1,11 @@
-#include "mpibert/eval/evaluate.hpp"
+#include "mpibert/train/evaluate.hpp"
 
 #include <sstream>
 
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/batching.hpp"
-#include "mpibert/eval/batch_forward.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/train/batch_forward.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/eval/squad_metrics.hpp"
 
 namespace mpibert {

@@ -1,4 +1,4 @@
-#include "mpibert/eval/batch_forward.hpp"
+#include "mpibert/train/batch_forward.hpp"
 
 namespace mpibert {
 

@@ -1,4 +1,4 @@
-#include "mpibert/dist/data_parallel.hpp"
+#include "mpibert/parallel/data_parallel.hpp"
 
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/function_hook.h>

@@ -17,9 +17,9 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
-#include "mpibert/dist/communicator.hpp"
-#include "mpibert/dist/host_collectives.hpp"
-#include "mpi_own_allocations.hpp"
+#include "mpibert/comm/communicator.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/mpi_own_allocations.hpp"
 #include "mpi_ring.hpp"
 
 namespace mpibert {

@@ -1,4 +1,4 @@
-#include "mpibert/dist/placement.hpp"
+#include "mpibert/runtime/placement.hpp"
 
 #include <cstdlib>
 #include <map>
@@ -6,8 +6,8 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/process.hpp"
-#include "mpibert/dist/host_collectives.hpp"
-#include "mpibert/dist/peers.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/peers.hpp"
 
 namespace mpibert {
 namespace {

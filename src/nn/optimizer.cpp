@@ -1,4 +1,4 @@
-#include "mpibert/model/optimizer.hpp"
+#include "mpibert/nn/optimizer.hpp"
 
 #include <cmath>
 #include <map>

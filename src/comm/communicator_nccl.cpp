@@ -1,6 +1,6 @@
 // The NCCL backend of Communicator, compiled when the LibTorch found has CUDA and NCCL was found
 // (MPIBERT_WITH_NCCL).
-#include "mpibert/dist/communicator.hpp"
+#include "mpibert/comm/communicator.hpp"
 
 #include "mpibert/core/error.hpp"
 
@@ -24,9 +24,9 @@
 #include <optional>
 #include <thread>
 
-#include "mpi_wait.hpp"
+#include "mpibert/runtime/mpi_wait.hpp"
 #include "mpibert/core/time.hpp"
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 #endif
 
 namespace mpibert {

@@ -1,11 +1,11 @@
 // --comm: which Communicator a run uses, from where every rank computes (placement.hpp).
-#include "mpibert/dist/communicator.hpp"
+#include "mpibert/comm/communicator.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include "mpibert/core/error.hpp"
-#include "mpibert/dist/host_collectives.hpp"
-#include "mpibert/dist/placement.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/placement.hpp"
 
 namespace mpibert {
 

@@ -1,4 +1,4 @@
-#include "mpibert/dist/host_collectives.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -10,11 +10,11 @@
 #include <cstdlib>
 #include <thread>
 
-#include "mpi_own_allocations.hpp"
-#include "mpi_wait.hpp"
+#include "mpibert/runtime/mpi_own_allocations.hpp"
+#include "mpibert/runtime/mpi_wait.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
-#include "mpibert/dist/peers.hpp"
+#include "mpibert/runtime/peers.hpp"
 
 namespace mpibert {
 namespace {

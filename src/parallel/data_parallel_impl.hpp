@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/dist/data_parallel.hpp"
+#include "mpibert/parallel/data_parallel.hpp"
 
 namespace mpibert {
 
