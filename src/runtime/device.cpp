@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "mpibert/core/error.hpp"
-#include "mpibert/comm/communicator.hpp"
 
 #if defined(MPIBERT_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -130,7 +129,6 @@ nlohmann::ordered_json describe_device(const torch::Device& device) {
   info["count"] = torch::cuda::device_count();
   info["cuda_runtime"] = cuda_version_text(at::detail::getCUDAHooks().versionCUDART());
   info["cudnn"] = cudnn_version_text(at::detail::getCUDAHooks().versionCuDNN());
-  info["nccl"] = nccl_version();
   return info;
 }
 

@@ -9,15 +9,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include "mpibert/runtime/mpi_own_allocations.hpp"
 #include "mpibert/runtime/mpi_wait.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
-#include "mpibert/runtime/peers.hpp"
 
 namespace mpibert {
 namespace {
+
+TimeoutWitness timeout_witness;  // none until the peers published their addresses
 
 std::atomic<double> collective_timeout_seconds{0.0};
 constexpr int kAbortGraceSeconds = 5;
@@ -118,17 +120,16 @@ int local_rank() {
 void set_collective_timeout(double seconds) { collective_timeout_seconds = seconds; }
 double collective_timeout() { return collective_timeout_seconds; }
 
+void set_timeout_witness(TimeoutWitness witness) { timeout_witness = std::move(witness); }
+
 void report_collective_timeout(const std::string& what, double waited_seconds, double timeout_seconds) {
   const int rank = world_rank();
-  const std::vector<std::string> hosts = peer_hosts();
-  const std::string where = hosts.empty() ? "" : " (" + hosts[static_cast<size_t>(rank)] + ")";
+  const bool witnessed = static_cast<bool>(timeout_witness.probe_peers);
+  const std::string where = witnessed ? " (" + timeout_witness.own_host() + ")" : "";
   spdlog::error("collective timed out after {:.0f} s (--collective-timeout {:g}) on rank {}{} while waiting for {}; "
                 "probing the other ranks",
                 waited_seconds, timeout_seconds, rank, where, what);
-  if (!hosts.empty()) {
-    constexpr double kProbeSeconds = 3;
-    spdlog::error("rank {}: {}: ending the job", rank, summarize_probes(probe_peers(kProbeSeconds), kProbeSeconds));
-  }
+  if (witnessed) spdlog::error("rank {}: {}: ending the job", rank, timeout_witness.probe_peers());
   spdlog::default_logger()->flush();
   abort_job(1);
 }

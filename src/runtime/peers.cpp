@@ -142,6 +142,9 @@ void publish_peer_addresses() {
     peer_addresses.push_back(peer);
   }
   if (world_rank() == 0) spdlog::info("ranks run on {}", describe_placement(peer_hosts()));
+  constexpr double kProbeSeconds = 3;
+  set_timeout_witness({[] { return peer_addresses[static_cast<size_t>(world_rank())].host; },
+                       [] { return summarize_probes(probe_peers(kProbeSeconds), kProbeSeconds); }});
 }
 
 std::vector<std::string> peer_hosts() {

@@ -133,9 +133,11 @@ void RunLog::scalar(const std::string& tag, double value, int64_t step) {
 nlohmann::ordered_json run_environment(int world_size, const std::string& communication, const torch::Device& device) {
   const char* slurm_job = std::getenv("SLURM_JOB_ID");
   const std::string nccl = nccl_version();
+  nlohmann::ordered_json devices = describe_device(device);
+  if (device.is_cuda()) devices["nccl"] = nccl;
   return {{"host", host_name()},
           {"world_size", world_size},
-          {"devices", describe_device(device)},
+          {"devices", devices},
           {"cpu_model", cpu_model()},
           {"cpus_online", std::thread::hardware_concurrency()},
           {"communication", communication},

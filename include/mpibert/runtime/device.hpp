@@ -36,7 +36,7 @@ int64_t peak_allocated_bytes(const torch::Device& device);
 std::string parse_nvidia_driver_version(const std::string& line);
 
 // For results.json: {"type": "cpu"|"cuda", "name", "count", "memory_bytes", "capability",
-// "driver", "cuda_runtime", "cudnn", "nccl"} (CUDA keys only on a GPU).
+// "driver", "cuda_runtime", "cudnn"} (CUDA keys only on a GPU; the run record adds NCCL's version).
 nlohmann::ordered_json describe_device(const torch::Device& device);
 
 }  // namespace mpibert

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <stdexcept>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,14 @@ double collective_timeout();
 
 // Logs "collective timed out after N s on rank R while waiting for WHAT" and ends the job.
 [[noreturn]] void report_collective_timeout(const std::string& what, double waited_seconds, double timeout_seconds);
+
+// What a timeout report can add once the ranks know each other (peers.hpp installs it when they
+// publish their addresses): this rank's host, and one sentence on which peers still answer.
+struct TimeoutWitness {
+  std::function<std::string()> own_host;
+  std::function<std::string()> probe_peers;
+};
+void set_timeout_witness(TimeoutWitness witness);
 
 // Sums (or takes the maximum of) `values` over ranks, element by element, within the collective
 // timeout; `what` names the operation in a timeout report.
