@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Fails when a file of src/LAYER or include/mpibert/LAYER includes a header of a layer it may not
 know: a higher layer, or a sibling that is not listed below. Also fails on a source or header that
-sits in no layer folder, and on an include of a project header that does not exist.
+sits in no layer folder, on an include of a project header that does not exist, and on modules of
+one layer that include each other, directly or around a circle (a module is a header and its .cpp:
+include/mpibert/runtime/peers.hpp with src/runtime/peers.cpp).
 
     python3 scripts/check_layers.py [REPO_ROOT]
 
@@ -60,6 +62,43 @@ def check(root: pathlib.Path):
     return files, problems
 
 
+def module_of(path: pathlib.Path, root: pathlib.Path):
+    relative = path.relative_to(root).parts
+    layer = layer_of(path, root)
+    return f"{layer}/{path.stem}" if layer else None
+
+
+def module_circles(root: pathlib.Path, files):
+    """Circles in the graph of modules, each as a list of module names (first repeated last)."""
+    graph = {}
+    for path in files:
+        module = module_of(path, root)
+        if module is None:
+            continue
+        used = graph.setdefault(module, set())
+        for layer, header in PROJECT_INCLUDE.findall(path.read_text(encoding="utf-8")):
+            other = f"{layer}/{pathlib.PurePath(header).stem}"
+            if other != module:
+                used.add(other)
+    circles, state, stack = [], {}, []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for other in sorted(graph.get(module, ())):
+            if state.get(other) == "open":
+                circles.append(stack[stack.index(other):] + [other])
+            elif other not in state:
+                visit(other)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return circles
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
     for layer, below in LAYERS.items():  # the table itself must be acyclic and ordered bottom up
@@ -67,6 +106,7 @@ def main():
         for used in below:
             assert order.index(used) < order.index(layer), f"LAYERS lists {used} below {layer} but after it"
     files, problems = check(root)
+    problems += [f"modules include each other: {' -> '.join(circle)}" for circle in module_circles(root, files)]
     for problem in problems:
         print(problem)
     print(f"check_layers: {len(files)} files, {len(problems)} problem(s)")

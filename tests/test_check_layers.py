@@ -56,6 +56,28 @@ class CheckLayers(unittest.TestCase):
         self.assertIn("src/stray.cpp: not in a layer folder", result.stdout)
         self.assertIn('includes "mpibert/core/gone.hpp", which is not a header', result.stdout)
 
+    def test_modules_that_include_each_other_fail(self):
+        root = self.make_tree({
+            "include/mpibert/runtime/peers.hpp": "",
+            "include/mpibert/runtime/host_collectives.hpp": "",
+            "src/runtime/peers.cpp": '#include "mpibert/runtime/peers.hpp"\n#include "mpibert/runtime/host_collectives.hpp"\n',
+            "src/runtime/host_collectives.cpp": '#include "mpibert/runtime/host_collectives.hpp"\n#include "mpibert/runtime/peers.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("modules include each other: runtime/host_collectives -> runtime/peers -> runtime/host_collectives",
+                      result.stdout)
+
+    def test_a_module_may_include_its_own_header_and_lower_modules(self):
+        root = self.make_tree({
+            "include/mpibert/runtime/peers.hpp": "",
+            "include/mpibert/runtime/host_collectives.hpp": "",
+            "src/runtime/peers.cpp": '#include "mpibert/runtime/peers.hpp"\n#include "mpibert/runtime/host_collectives.hpp"\n',
+            "src/runtime/host_collectives.cpp": '#include "mpibert/runtime/host_collectives.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 0, result.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

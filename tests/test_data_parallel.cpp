@@ -71,6 +71,11 @@ DataParallelOptions options_for(Strategy strategy, double first_bucket_bytes = 1
   return options;
 }
 
+std::unique_ptr<DataParallel> parallel_for(BertForQuestionAnswering& model, std::shared_ptr<Communicator> communicator,
+                                           const AdamWOptions& adam, const DataParallelOptions& options) {
+  return make_data_parallel(model_description(model), std::move(communicator), adam, options);
+}
+
 AdamWOptions adam_with_decay() {
   AdamWOptions adam;
   adam.weight_decay = 0.01;
@@ -115,7 +120,7 @@ class DataParallelStrategies : public DataParallelTest {};
 // empty, so a parameter larger than the capacity has a bucket of its own. Sizes in float32 bytes.
 TEST_F(DataParallelTest, BucketsCloseAtTheirCapacityInReverseRegistrationOrder) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(Strategy::kDdp, 40, 100));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kDdp, 40, 100));
   const std::string layer = "bert.encoder.layer.0.";
   const std::vector<std::vector<std::string>> first_buckets = {
       {"qa_outputs.bias", "qa_outputs.weight"},  // 8 + 32 = 40: exactly the first bucket's capacity
@@ -127,7 +132,7 @@ TEST_F(DataParallelTest, BucketsCloseAtTheirCapacityInReverseRegistrationOrder) 
        layer + "attention.output.dense.bias"},  // 48; with the dense weight (64) it would be 112
       {layer + "attention.output.dense.weight", layer + "attention.self.value.bias"},  // 80
   };
-  const auto layout = parallel.bucket_layout();
+  const auto layout = parallel->bucket_layout();
   ASSERT_GE(layout.size(), first_buckets.size());
   for (size_t b = 0; b < first_buckets.size(); ++b) EXPECT_EQ(layout[b].parameters, first_buckets[b]) << "bucket " << b;
 
@@ -147,22 +152,22 @@ TEST_F(DataParallelTest, TheFirstBucketIsSmall) {
   EXPECT_EQ(defaults.bucket_mb, 25);
   BertForQuestionAnswering with_defaults = make_model(BertConfig::preset("small"), 1);
   // The word embedding (15.6 MB) is a group of its own, exchanged by rows (sparse, the default).
-  const auto default_layout = DataParallel(with_defaults, communicator_, {}, defaults).bucket_layout();
+  const auto default_layout = parallel_for(with_defaults, communicator_, {}, defaults)->bucket_layout();
   ASSERT_EQ(default_layout.size(), 3u);
   EXPECT_EQ(default_layout.back().parameters, std::vector<std::string>{"bert.embeddings.word_embeddings.weight"});
   DataParallelOptions dense = defaults;
   dense.embedding_exchange = EmbeddingExchange::kDense;
-  EXPECT_EQ(DataParallel(with_defaults, communicator_, {}, dense).bucket_layout().size(), 2u);
+  EXPECT_EQ(parallel_for(with_defaults, communicator_, {}, dense)->bucket_layout().size(), 2u);
   BertForQuestionAnswering model = make_model(BertConfig::preset("small"), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(Strategy::kDdp, 1 * kMiB, 4 * kMiB));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kDdp, 1 * kMiB, 4 * kMiB));
   std::map<std::string, int64_t> bytes;
   for (const auto& item : model->named_parameters()) bytes[item.key()] = static_cast<int64_t>(item.value().nbytes());
-  auto bucket_bytes = [&](const DataParallel::BucketLayout& bucket) {
+  auto bucket_bytes = [&](const BucketLayout& bucket) {
     int64_t total = 0;
     for (const auto& name : bucket.parameters) total += bytes[name];
     return total;
   };
-  const auto layout = parallel.bucket_layout();
+  const auto layout = parallel->bucket_layout();
   ASSERT_GE(layout.size(), 3u);
   EXPECT_EQ(layout[0].parameters.front(), "qa_outputs.bias");
   EXPECT_LE(bucket_bytes(layout[0]), 1 * kMiB);
@@ -177,10 +182,10 @@ TEST_F(DataParallelTest, TheFirstBucketIsSmall) {
 // zero1 cuts every bucket into N equal slices: the bucket is padded to a multiple of N.
 TEST_P(DataParallelStrategies, BucketsArePaddedToAMultipleOfTheRanks) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(GetParam(), 40, 100));
   std::map<std::string, int64_t> numel;
   for (const auto& item : model->named_parameters()) numel[item.key()] = item.value().numel();
-  for (const auto& bucket : parallel.bucket_layout()) {
+  for (const auto& bucket : parallel->bucket_layout()) {
     int64_t members = 0;
     for (const auto& name : bucket.parameters) members += numel[name];
     EXPECT_EQ(bucket.numel % size_, 0) << bucket.parameters.front();
@@ -193,11 +198,11 @@ TEST_P(DataParallelStrategies, BucketsArePaddedToAMultipleOfTheRanks) {
 // over all ranks they cover each parameter exactly once, padding excluded.
 TEST_P(DataParallelStrategies, OptimizerStateCoversEveryParameterOnce) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(GetParam(), 40, 100));
   const bool sharded = GetParam() != Strategy::kDdp;
-  EXPECT_EQ(parallel.optimizer_state_is_sharded(), sharded);
+  EXPECT_EQ(parallel->optimizer_state_is_sharded(), sharded);
   std::ostringstream names;
-  for (const NamedTensor& tensor : parallel.optimizer_state())
+  for (const NamedTensor& tensor : parallel->optimizer_state())
     if (tensor.name.rfind("exp_avg.", 0) == 0) names << tensor.name.substr(8) << ' ' << tensor.tensor.numel() << '\n';
   const std::vector<std::string> every_rank = all_gather_strings(names.str());
 
@@ -234,8 +239,8 @@ TEST_P(DataParallelStrategies, OptimizerStateCoversEveryParameterOnce) {
 
 TEST_P(DataParallelStrategies, EveryRankStartsFromRankZerosParameters) {
   BertForQuestionAnswering model = make_model(tiny_config(), 100 + static_cast<uint64_t>(rank_));
-  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
-  parallel.broadcast_parameters();
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  parallel->broadcast_parameters();
   EXPECT_TRUE(same_on_every_rank(parameter_sums(model), "parameter sums"));
   BertForQuestionAnswering rank_zero = make_model(tiny_config(), 100);
   for (size_t k = 0; k < model->parameters().size(); ++k)
@@ -246,24 +251,24 @@ TEST_P(DataParallelStrategies, EveryRankStartsFromRankZerosParameters) {
 // AdamW is elementwise, so slicing (zero1) changes nothing.
 TEST_P(DataParallelStrategies, AStepEqualsOneProcessOnTheAveragedGradient) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1), reference = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, adam_with_decay(), options_for(GetParam(), 40, 100));
-  DataParallel single(reference, nullptr, adam_with_decay(), options_for(GetParam()));
+  const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options_for(GetParam(), 40, 100));
+  const auto single = parallel_for(reference, nullptr, adam_with_decay(), options_for(GetParam()));
   for (int step = 0; step < 3; ++step) {
-    parallel.begin_backward(true);
+    parallel->begin_backward(true);
     synthetic_backward(model, rank_weight());
-    parallel.finish_gradient_sync();
+    parallel->finish_gradient_sync();
     if (GetParam() == Strategy::kDdp) {
       for (const auto& parameter : model->parameters())
         EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, mean_weight()))) << "step " << step;
     }
-    const double norm = parallel.clip_and_step(kNoClipping, 1e-2).item<double>();
-    parallel.zero_grad();
+    const double norm = parallel->clip_and_step(kNoClipping, 1e-2).item<double>();
+    parallel->zero_grad();
 
-    single.begin_backward(true);
+    single->begin_backward(true);
     synthetic_backward(reference, mean_weight());
-    single.finish_gradient_sync();
-    const double reference_norm = single.clip_and_step(kNoClipping, 1e-2).item<double>();
-    single.zero_grad();
+    single->finish_gradient_sync();
+    const double reference_norm = single->clip_and_step(kNoClipping, 1e-2).item<double>();
+    single->zero_grad();
     EXPECT_NEAR(norm, reference_norm, 1e-6 * reference_norm) << "step " << step;
   }
   for (size_t k = 0; k < model->parameters().size(); ++k)
@@ -273,16 +278,16 @@ TEST_P(DataParallelStrategies, AStepEqualsOneProcessOnTheAveragedGradient) {
 // Clipping by the global norm: zero1's norm, summed from slices across ranks, scales as ddp's does.
 TEST_P(DataParallelStrategies, ClippingUsesTheGlobalNorm) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1), reference = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
-  DataParallel single(reference, nullptr, {}, options_for(GetParam()));
-  parallel.begin_backward(true);
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  const auto single = parallel_for(reference, nullptr, {}, options_for(GetParam()));
+  parallel->begin_backward(true);
   synthetic_backward(model, rank_weight());
-  parallel.finish_gradient_sync();
-  const double norm = parallel.clip_and_step(0.5, 1e-2).item<double>();
-  single.begin_backward(true);
+  parallel->finish_gradient_sync();
+  const double norm = parallel->clip_and_step(0.5, 1e-2).item<double>();
+  single->begin_backward(true);
   synthetic_backward(reference, mean_weight());
-  single.finish_gradient_sync();
-  const double reference_norm = single.clip_and_step(0.5, 1e-2).item<double>();
+  single->finish_gradient_sync();
+  const double reference_norm = single->clip_and_step(0.5, 1e-2).item<double>();
   int64_t elements = 0;
   for (const auto& parameter : model->parameters()) elements += parameter.numel();
   EXPECT_NEAR(norm, mean_weight() * std::sqrt(static_cast<double>(elements)), 1e-5 * norm);
@@ -295,14 +300,14 @@ TEST_P(DataParallelStrategies, ClippingUsesTheGlobalNorm) {
 // after backward all the same, so every rank issues the same collectives and none waits forever.
 TEST_P(DataParallelStrategies, ParametersWithoutGradientsAreReducedAfterBackward) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1), reference = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
-  DataParallel single(reference, nullptr, {}, options_for(GetParam()));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  const auto single = parallel_for(reference, nullptr, {}, options_for(GetParam()));
   const std::string unused_everywhere = "qa_outputs.bias", unused_on_rank_zero = "bert.embeddings.token_type_embeddings.weight";
   std::set<std::string> skipped = {unused_everywhere};
   if (rank_ == 0) skipped.insert(unused_on_rank_zero);
-  parallel.begin_backward(true);
+  parallel->begin_backward(true);
   synthetic_backward(model, rank_weight(), skipped);
-  parallel.finish_gradient_sync();
+  parallel->finish_gradient_sync();
   const auto named = model->named_parameters();
   if (GetParam() == Strategy::kDdp) {
     EXPECT_TRUE(torch::equal(named[unused_everywhere].grad(), torch::zeros_like(named[unused_everywhere])));
@@ -311,8 +316,8 @@ TEST_P(DataParallelStrategies, ParametersWithoutGradientsAreReducedAfterBackward
     EXPECT_TRUE(torch::equal(named["qa_outputs.weight"].grad(), torch::full_like(named["qa_outputs.weight"], mean_weight())));
   }
   // The step sees the same gradients as one process given them (the unused parameter's zero).
-  parallel.clip_and_step(kNoClipping, 1e-2);
-  single.begin_backward(true);
+  parallel->clip_and_step(kNoClipping, 1e-2);
+  single->begin_backward(true);
   torch::Tensor loss = torch::zeros({});
   for (const auto& item : reference->named_parameters()) {
     double weight = mean_weight();
@@ -321,8 +326,8 @@ TEST_P(DataParallelStrategies, ParametersWithoutGradientsAreReducedAfterBackward
     loss = loss + (item.value() * weight).sum();
   }
   loss.backward();
-  single.finish_gradient_sync();
-  single.clip_and_step(kNoClipping, 1e-2);
+  single->finish_gradient_sync();
+  single->clip_and_step(kNoClipping, 1e-2);
   for (const auto& item : model->named_parameters())
     EXPECT_TRUE(torch::equal(item.value(), reference->named_parameters()[item.key()])) << item.key();
 }
@@ -331,22 +336,22 @@ TEST_P(DataParallelStrategies, ParametersWithoutGradientsAreReducedAfterBackward
 // the local sum; the last one reduces the accumulated gradients once.
 TEST_P(DataParallelStrategies, AccumulationMicroStepsDoNotCommunicate) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(GetParam(), 40, 100));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(GetParam(), 40, 100));
   const int64_t operations_before = communicator_->stats().operations;
-  const int64_t bytes_before = parallel.sync_stats().bytes;
+  const int64_t bytes_before = parallel->sync_stats().bytes;
 
-  parallel.begin_backward(false);
+  parallel->begin_backward(false);
   synthetic_backward(model, rank_weight());
-  parallel.finish_gradient_sync();  // nothing to wait for
+  parallel->finish_gradient_sync();  // nothing to wait for
   EXPECT_EQ(communicator_->stats().operations, operations_before);
-  EXPECT_EQ(parallel.sync_stats().bytes, bytes_before);
+  EXPECT_EQ(parallel->sync_stats().bytes, bytes_before);
   for (const auto& parameter : model->parameters())
     EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, rank_weight()))) << "local sum";
 
-  parallel.begin_backward(true);
+  parallel->begin_backward(true);
   synthetic_backward(model, rank_weight());
-  parallel.finish_gradient_sync();
-  EXPECT_EQ(communicator_->stats().operations, operations_before + static_cast<int64_t>(parallel.num_buckets()));
+  parallel->finish_gradient_sync();
+  EXPECT_EQ(communicator_->stats().operations, operations_before + static_cast<int64_t>(parallel->num_buckets()));
   if (GetParam() == Strategy::kDdp) {
     for (const auto& parameter : model->parameters())
       EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, 2 * mean_weight()))) << "averaged once";
@@ -395,18 +400,18 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
   for (Strategy strategy : {Strategy::kDdp, Strategy::kZero1, GetParam()}) {
     if (results.count(strategy)) continue;
     BertForQuestionAnswering model = make_model(tiny_config(), 1);
-    DataParallel parallel(model, communicator_, adam_with_decay(), options_for(strategy, 40, 100));
-    parallel.broadcast_parameters();
+    const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options_for(strategy, 40, 100));
+    parallel->broadcast_parameters();
     for (int step = 0; step < 3; ++step) {
       for (int micro = 0; micro < 2; ++micro) {
-        parallel.begin_backward(micro == 1);
+        parallel->begin_backward(micro == 1);
         qa_backward(model, rank_, 2 * step + micro);
       }
-      parallel.finish_gradient_sync();
-      parallel.clip_and_step(0.5, 1e-2);
-      parallel.zero_grad();
+      parallel->finish_gradient_sync();
+      parallel->clip_and_step(0.5, 1e-2);
+      parallel->zero_grad();
     }
-    results[strategy] = whole_parameters(model, parallel);
+    results[strategy] = whole_parameters(model, *parallel);
   }
   const auto names = make_model(tiny_config(), 1)->named_parameters().keys();
   const auto& mine = results[GetParam()];
@@ -467,16 +472,16 @@ TEST_F(SparseEmbedding, GivesTheDenseGradientsSendingTheTouchedRowsOnly) {
   DataParallelOptions sparse_options = options_for(Strategy::kDdp, 40, 100), dense_options = sparse_options;
   dense_options.embedding_exchange = EmbeddingExchange::kDense;
   BertForQuestionAnswering dense_model = make_model(tiny_config(), 1);
-  DataParallel dense(dense_model, communicator_, adam_with_decay(), dense_options);
-  train(dense_model, dense);
+  const auto dense = parallel_for(dense_model, communicator_, adam_with_decay(), dense_options);
+  train(dense_model, *dense);
   const auto dense_gradients = std::move(gradients);
   gradients.clear();
 
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, adam_with_decay(), sparse_options);
-  EXPECT_EQ(parallel.embedding_exchange(), EmbeddingExchange::kSparse);
-  EXPECT_EQ(dense.embedding_exchange(), EmbeddingExchange::kDense);
-  train(model, parallel);
+  const auto parallel = parallel_for(model, communicator_, adam_with_decay(), sparse_options);
+  EXPECT_EQ(parallel->embedding_exchange(), EmbeddingExchange::kSparse);
+  EXPECT_EQ(dense->embedding_exchange(), EmbeddingExchange::kDense);
+  train(model, *parallel);
 
   const auto names = model->named_parameters().keys();
   for (size_t step = 0; step < gradients.size(); ++step)
@@ -489,7 +494,7 @@ TEST_F(SparseEmbedding, GivesTheDenseGradientsSendingTheTouchedRowsOnly) {
 
   // Both steps went sparse, each sending the union of the rows any rank touched in either micro-batch.
   const int64_t rows = union_rows(0) + union_rows(1);
-  const SyncStats stats = parallel.sync_stats(), dense_stats = dense.sync_stats();
+  const SyncStats stats = parallel->sync_stats(), dense_stats = dense->sync_stats();
   EXPECT_EQ(stats.sparse_exchanges, 2);
   EXPECT_EQ(stats.dense_fallbacks, 0);
   EXPECT_EQ(stats.embedding_rows, rows);
@@ -512,15 +517,16 @@ TEST_F(SparseEmbedding, ALargeUnionGoesDense) {
   options.sparse_rows_max_fraction = 2.5 / tiny_config().vocab_size;  // each rank alone touches 3 rows or more
   dense_options.embedding_exchange = EmbeddingExchange::kDense;
   BertForQuestionAnswering dense_model = make_model(tiny_config(), 1), model = make_model(tiny_config(), 1);
-  DataParallel dense(dense_model, communicator_, {}, dense_options), parallel(model, communicator_, {}, options);
-  train(dense_model, dense);
+  const auto dense = parallel_for(dense_model, communicator_, {}, dense_options);
+  const auto parallel = parallel_for(model, communicator_, {}, options);
+  train(dense_model, *dense);
   const auto dense_gradients = std::move(gradients);
   gradients.clear();
-  train(model, parallel);
+  train(model, *parallel);
   for (size_t step = 0; step < gradients.size(); ++step)
     for (size_t k = 0; k < gradients[step].size(); ++k) EXPECT_TRUE(torch::equal(gradients[step][k], dense_gradients[step][k]));
-  EXPECT_EQ(parallel.sync_stats().dense_fallbacks, 2);
-  EXPECT_EQ(parallel.sync_stats().sparse_exchanges, 0);
+  EXPECT_EQ(parallel->sync_stats().dense_fallbacks, 2);
+  EXPECT_EQ(parallel->sync_stats().sparse_exchanges, 0);
 }
 
 // fsdp holds 1/N of each unit between steps: no unit stays whole after forward and backward, every
@@ -528,30 +534,30 @@ TEST_F(SparseEmbedding, ALargeUnionGoesDense) {
 // reduce-scatter per unit), and the parameters are whole only while WholeParameters holds them.
 TEST_F(DataParallelTest, FsdpHoldsItsSlicesOnlyAndGathersEveryMicroBatch) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(Strategy::kFsdp));
-  parallel.broadcast_parameters();
-  const auto units = parallel.bucket_layout();
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kFsdp));
+  parallel->broadcast_parameters();
+  const auto units = parallel->bucket_layout();
   EXPECT_EQ(units.size(), static_cast<size_t>(tiny_config().num_hidden_layers + 2));  // embeddings, layers, QA head
   int64_t padded = 0;
   for (const auto& unit : units) padded += unit.numel;
   const int64_t slice_bytes = padded / size_ * 4;
-  EXPECT_EQ(parallel.memory_footprint().parameters, slice_bytes);
+  EXPECT_EQ(parallel->memory_footprint().parameters, slice_bytes);
   const int64_t operations = communicator_->stats().operations;
   for (int micro = 0; micro < 2; ++micro) {
-    parallel.begin_backward(/*synchronize=*/micro == 1);  // ignored: fsdp reduces every micro-batch
+    parallel->begin_backward(/*synchronize=*/micro == 1);  // ignored: fsdp reduces every micro-batch
     qa_backward(model, rank_, micro);
   }
-  parallel.finish_gradient_sync();
+  parallel->finish_gradient_sync();
   const auto per_micro_batch = static_cast<int64_t>(units.size() * 3 - 1);
   EXPECT_EQ(communicator_->stats().operations - operations, 2 * per_micro_batch);
-  EXPECT_EQ(parallel.memory_footprint().parameters, slice_bytes);
-  EXPECT_EQ(parallel.memory_footprint().gradients, slice_bytes);
+  EXPECT_EQ(parallel->memory_footprint().parameters, slice_bytes);
+  EXPECT_EQ(parallel->memory_footprint().gradients, slice_bytes);
   {
-    const WholeParameters whole(parallel);
-    EXPECT_EQ(parallel.memory_footprint().parameters, slice_bytes + padded * 4);
+    const WholeParameters whole(*parallel);
+    EXPECT_EQ(parallel->memory_footprint().parameters, slice_bytes + padded * 4);
     EXPECT_TRUE(same_on_every_rank(parameter_sums(model), "parameter sums"));
   }
-  EXPECT_EQ(parallel.memory_footprint().parameters, slice_bytes);
+  EXPECT_EQ(parallel->memory_footprint().parameters, slice_bytes);
 }
 
 // Calls a function before a parameter's gradient is accumulated.
@@ -572,10 +578,10 @@ class BeforeAccumulation : public torch::autograd::FunctionPreHook {
 // other; between steps only the slices are.
 TEST_F(DataParallelTest, Zero2AllocatesABucketsFullGradientWhenItsFirstGradientArrives) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallel parallel(model, communicator_, {}, options_for(Strategy::kZero2, 40, 100));
-  const auto buckets = parallel.bucket_layout();
+  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kZero2, 40, 100));
+  const auto buckets = parallel->bucket_layout();
   ASSERT_GE(buckets.size(), 3u);  // the same on every rank, before any collective
-  parallel.broadcast_parameters();
+  parallel->broadcast_parameters();
   int64_t slice_bytes = 0;
   for (const auto& bucket : buckets) slice_bytes += bucket.numel / size_ * 4;
   auto bucket_bytes_of = [&](const std::string& name) {
@@ -592,20 +598,20 @@ TEST_F(DataParallelTest, Zero2AllocatesABucketsFullGradientWhenItsFirstGradientA
     torch::autograd::impl::grad_accumulator(item.value())->add_pre_hook(std::make_unique<BeforeAccumulation>([&, name] {
       if (!first_name.empty()) return;
       first_name = name;
-      held_at_first = parallel.memory_footprint().gradients;
+      held_at_first = parallel->memory_footprint().gradients;
     }));
   }
   for (int step = 0; step < 2; ++step) {
     first_name.clear();
-    parallel.begin_backward(/*synchronize=*/true);
-    EXPECT_EQ(parallel.memory_footprint().gradients, slice_bytes) << "before backward, step " << step;
+    parallel->begin_backward(/*synchronize=*/true);
+    EXPECT_EQ(parallel->memory_footprint().gradients, slice_bytes) << "before backward, step " << step;
     qa_backward(model, rank_, step);
     EXPECT_FALSE(first_name.empty());
     EXPECT_EQ(held_at_first, slice_bytes + bucket_bytes_of(first_name)) << first_name << ", step " << step;
-    parallel.finish_gradient_sync();
-    parallel.clip_and_step(1.0, 1e-3);
-    parallel.zero_grad();
-    EXPECT_EQ(parallel.memory_footprint().gradients, slice_bytes) << "after step " << step;
+    parallel->finish_gradient_sync();
+    parallel->clip_and_step(1.0, 1e-3);
+    parallel->zero_grad();
+    EXPECT_EQ(parallel->memory_footprint().gradients, slice_bytes) << "after step " << step;
   }
 }
 

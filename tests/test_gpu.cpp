@@ -201,17 +201,17 @@ TEST(GpuSparseEmbedding, RowsGoThroughNcclAndBackAsTheDenseExchangeDoes) {
     model->to(device);
     DataParallelOptions options;
     options.embedding_exchange = exchange;
-    DataParallel parallel(model, communicator, {}, options);
+    const auto parallel = make_data_parallel(model_description(model), communicator, {}, options);
     torch::manual_seed(6);
     const auto on = torch::TensorOptions().dtype(torch::kLong).device(device);
     const torch::Tensor ids = torch::randint(1, 500, {4, 32}, on);
-    parallel.note_input_ids(ids);
-    parallel.begin_backward(true);
+    parallel->note_input_ids(ids);
+    parallel->begin_backward(true);
     model->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
                    torch::randint(0, 32, {4}, on))
         .loss.backward();
-    parallel.finish_gradient_sync();
-    *stats = parallel.sync_stats();
+    parallel->finish_gradient_sync();
+    *stats = parallel->sync_stats();
     std::vector<torch::Tensor> grads;
     for (const auto& parameter : model->parameters()) grads.push_back(parameter.grad().cpu());
     return grads;

@@ -2,7 +2,7 @@
 // In a ring every rank sends and receives (N-1)/N of the buffer per phase (an all-reduce is a
 // reduce-scatter phase, then an all-gather phase), the bandwidth optimum; Open MPI's tuned
 // component picks other algorithms by message size that move more bytes over TCP
-// (results/scaling_model measured 2x a ring's bytes for all-reduce, 3.1x for reduce-scatter).
+// (docs/measurements.md).
 // Each block is summed on one rank in ring order and then forwarded, so every rank ends with the
 // same bits. Supported types: MPI_FLOAT, MPI_DOUBLE, MPI_INT64_T, MPI_INT32_T, MPI_UINT8_T.
 #pragma once

@@ -334,6 +334,16 @@ std::vector<std::string> BertForQuestionAnsweringImpl::unit_prefixes() const {
   return prefixes;
 }
 
+ModelDescription model_description(BertForQuestionAnswering& model) {
+  ModelDescription description;
+  for (const auto& item : model->named_parameters()) description.parameters.emplace_back(item.key(), item.value());
+  description.unit_prefixes = model->unit_prefixes();
+  description.token_embedding = "bert.embeddings.word_embeddings.weight";
+  BertForQuestionAnsweringImpl* impl = model.get();
+  description.set_unit_hooks = [impl](UnitHooks* hooks) { impl->set_unit_hooks(hooks); };
+  return description;
+}
+
 void BertForQuestionAnsweringImpl::init_weights() {
   torch::NoGradGuard no_grad;
   for (auto& module : modules(/*include_self=*/false)) {

@@ -1,11 +1,13 @@
-// DataParallel's state, shared by its three files: data_parallel.cpp (groups, gradient
-// synchronization, the optimizer step), fsdp_units.cpp (the unit hooks that gather and release
-// fsdp's parameters) and optimizer_pieces.cpp (checkpoint state by parameter ranges).
+// What the strategies over ranks share (ddp.cpp, zero1.cpp, zero2.cpp, fsdp.cpp): the
+// parameters laid out in flat groups, hooks on their gradient accumulators, the plan of a
+// backward's collectives issued in the same order on every rank, and the timing of the transfers.
+// A strategy says how a complete group is reduced and what happens around backward.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +40,17 @@ struct FlatGroup {
   int pending = 0;            // members whose gradient is not ready yet in this backward
   std::shared_ptr<Work> reduction, gather;
   int64_t shard_numel(int world) const { return numel / world; }
+  void add_member(size_t parameter, int64_t parameter_numel);
 };
+
+// Buckets in reverse registration order; a bucket closes when the next parameter would take it
+// past its capacity (the first bucket's is small, so its reduction starts early in backward).
+// `own_group`, if any, is left out of the buckets and becomes the last group, alone.
+std::vector<FlatGroup> group_into_buckets(const std::vector<torch::Tensor>& parameters, double first_bucket_mb,
+                                          double bucket_mb, std::optional<size_t> own_group);
+// One group per unit (names starting with the unit's prefix), parameters in registration order.
+std::vector<FlatGroup> group_into_units(const std::vector<std::string>& names, const std::vector<torch::Tensor>& parameters,
+                                        const std::vector<std::string>& unit_prefixes);
 
 // One collective of a backward, in the order every rank issues them.
 struct PlannedCollective {
@@ -47,86 +59,135 @@ struct PlannedCollective {
   bool ready = false;
 };
 
-// ddp's sparse exchange of the word embedding's gradient (data_parallel.hpp).
-struct SparseEmbedding {
-  size_t parameter = 0, group = 0;  // the embedding and its group of its own
-  int64_t vocab = 0;
-  torch::Tensor touched;                 // rows this step's micro-batches embedded: 1, else 0 ([vocab] float)
-  std::shared_ptr<Work> touched_reduction;  // the mask summed over ranks, in flight from the last backward's start
-  torch::Tensor rows, values;            // the union's row indices and their gradients, being all-reduced
-};
+class GroupedParallel : public DataParallel {
+ public:
+  // Every parameter from rank 0 (fsdp broadcasts its units instead).
+  void broadcast_parameters() override;
+  void begin_backward(bool synchronize) override;
+  void finish_gradient_sync() override;
+  void zero_grad() override;
+  SyncStats sync_stats() const override;
+  std::vector<BucketLayout> bucket_layout() const override;
+  MemoryFootprint memory_footprint() const override;
 
-struct DataParallel::Impl {
-  DataParallelOptions options;
-  Communicator* communicator = nullptr;
-  int rank = 0, world = 1;
-  bool fsdp = false, releases_gradients = false;  // releases_gradients: zero2, fsdp
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> parameters;
-  std::vector<FlatGroup> groups;
-  std::vector<size_t> group_of;                                           // per parameter
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // keep the hooks alive
-  bool synchronizing = false;
+ protected:
+  GroupedParallel(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const DataParallelOptions& options);
+
+  // Construction, in this order: the groups, then attach_gradient_views, the optimizer,
+  // install_hooks.
+  void attach_gradient_views();  // pads each group to a multiple of the ranks; every .grad a view of its group
+  // `before_accumulation`: a strategy that allocates a group's gradient buffer when its first
+  // gradient arrives (zero2).
+  void install_hooks(bool allocate_before_accumulation);
+  // The layout in the log: `groups` names them ("gradient buckets", "units"); `note` adds to it.
+  void log_layout(const char* strategy, const char* groups, const std::string& note) const;
+
+  // What the strategy does with a group whose gradients are complete (all-reduce, reduce-scatter).
+  virtual void reduce(size_t group) = 0;
+  // The collectives of one backward in the order every rank issues them (default: the groups'
+  // reductions in index order).
+  virtual void plan_backward();
+  virtual void issue_gather(size_t /*group*/) {}
+  // Hooks around backward: its start (synchronized backward only), a group's last gradient, every
+  // issue of planned collectives, and the end once every reduction was waited for.
+  virtual void backward_started() {}
+  virtual void group_complete(size_t /*group*/) {}
+  virtual void collectives_issued() {}
+  virtual void reductions_done() {}
+  // "buckets are" / "units are", for the warning about parameters that got no gradient.
+  virtual const char* groups_are() const { return "buckets are"; }
+
+  void mark_ready(PlannedCollective::Kind kind, size_t group);
+  void issue_ready();
+  void close_backward();
+  void wait_gathered(size_t group);
+  // A reduction issued this step: its timing is accounted, its bytes counted.
+  void record_reduction(const std::shared_ptr<Work>& work, int64_t bytes);
+  torch::OrderedDict<std::string, torch::Tensor> named_parameters() const;
+
+  DataParallelOptions options_;
+  std::shared_ptr<Communicator> communicator_;
+  int rank_ = 0, world_ = 1;
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<FlatGroup> groups_;
+  std::vector<size_t> group_of_;  // per parameter
+  bool synchronizing_ = false;
   // This backward's collectives, issued strictly in plan order as they become ready.
-  std::vector<PlannedCollective> plan;
-  size_t next_in_plan = 0;
-  std::vector<size_t> awaiting_release;      // groups whose reduction must finish before their full gradient goes
-  int64_t reduced_micro_batches = 0;         // fsdp: in this step so far
-  bool whole_model = false;                  // fsdp: gather_full_parameters() holds every unit whole
-  std::unique_ptr<UnitHooks> unit_hooks;     // fsdp
-  BertForQuestionAnsweringImpl* model = nullptr;
-  bool warned_unused = false;
-  std::unique_ptr<SparseEmbedding> sparse;  // ddp with --embedding-exchange sparse
-  int64_t sparse_exchanges = 0, dense_fallbacks = 0, embedding_rows = 0;
-  std::unique_ptr<AdamW> optimizer;  // one process and ddp: every parameter; sharded: this rank's slices
-  // Sharded: per slice, the parameter it belongs to (for the norm) and its gradient.
-  std::vector<size_t> slice_parameter;
-  std::vector<torch::Tensor> slice_grads;
-  double exposed_seconds = 0, busy_seconds = 0, exposed_transfer_seconds = 0;
-  int64_t bytes = 0;
+  std::vector<PlannedCollective> plan_;
+  size_t next_in_plan_ = 0;
+
+ private:
+  void gradient_ready(size_t parameter);
+  void issue(const PlannedCollective& collective);
+  // Adds the timings of the finished reductions (all of them with `wait`) to the statistics.
+  void account(bool wait) const;
+
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep the hooks alive
+  bool warned_unused_ = false;
   // Reductions whose timings are not read yet: on a GPU they are read once complete, so that the
   // statistics never make the host wait for the device.
   struct Unaccounted {
     std::vector<std::shared_ptr<Work>> works;
     std::shared_ptr<Mark> end_of_backward;
   };
-  std::vector<Unaccounted> unaccounted;
-  std::vector<std::shared_ptr<Work>> reductions_this_step;
+  mutable std::vector<Unaccounted> unaccounted_;
+  std::vector<std::shared_ptr<Work>> reductions_this_step_;
+  mutable double busy_seconds_ = 0, exposed_transfer_seconds_ = 0;
+  double exposed_seconds_ = 0;
+  int64_t bytes_ = 0;
+};
 
-  void account(bool wait);
-  void build_buckets();
-  void set_up_sparse_embedding(const BertForQuestionAnsweringImpl& model);
-  void build_units(const BertForQuestionAnsweringImpl& model);
-  void attach_gradient_views();
-  void build_shards(const AdamWOptions& adam);
-  void install_hooks();
+// zero1, zero2 and fsdp: each rank keeps the reduced gradient, the AdamW state (and, fsdp, the
+// parameters) of its 1/N slice of every group only.
+class ShardedParallel : public GroupedParallel {
+ public:
+  torch::Tensor clip_and_step(double max_norm, double lr) override;
+  bool optimizer_state_is_sharded() const override { return true; }
 
-  // Backward: the plan, gradients reported ready, collectives issued in plan order.
-  void plan_backward();
-  void gradient_ready(size_t parameter);
-  // zero2: the bucket's full gradient buffer, allocated (zeroed) when its first gradient arrives.
-  void allocate_bucket_gradients(size_t parameter);
-  void mark_ready(PlannedCollective::Kind kind, size_t group);
-  void issue_ready();
-  void issue(const PlannedCollective& collective);
-  void reduce(size_t group);
-  // The sparse embedding: the mask's all-reduce, the union's rows all-reduced (false: the union is
-  // too large, or no ids were noted; the group goes dense), and the reduced rows copied back.
-  void start_touched_reduction();
-  bool reduce_touched_rows();
-  void copy_back_reduced_rows();
-  void close_backward();
+ protected:
+  // `releases_gradients`: a group's full gradient buffer is freed once reduce-scattered (zero2, fsdp).
+  ShardedParallel(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const DataParallelOptions& options,
+                  bool releases_gradients);
+  // Parameters become views into their group's flat buffer (all-gathered into it), and this rank's
+  // AdamW works on the pieces of its slice that fall in each parameter. `own_shard_storage`: the
+  // slice is a copy (fsdp, whose full buffer comes and goes), else a view of the full buffer.
+  void build_shards(const AdamWOptions& adam, bool own_shard_storage);
+  // Frees the full gradient buffers until their first gradient (zero2) or their unit's backward (fsdp).
+  void release_gradient_buffers();
+  AdamW& optimizer() const override { return *optimizer_; }
+
+  void reduce(size_t group) override;
+  // Where the reduce-scatter of `group` lands (its gradient slice, unless the strategy accumulates).
+  virtual torch::Tensor reduce_target(size_t group) { return groups_[group].grad_shard; }
+  void collectives_issued() override { release_reduced(/*wait=*/false); }
+  void reductions_done() override { release_reduced(/*wait=*/true); }
+  // After AdamW updated this rank's slices (zero1, zero2: all-gathered back into every parameter).
+  virtual void after_step() = 0;
+  void all_gather_updated_parameters();
+
+ private:
   // Releases the full gradients whose reductions have finished (all of them, waiting, with `wait`).
   void release_reduced(bool wait);
 
-  // fsdp (fsdp_units.cpp).
-  void gather_async(size_t group);
-  void wait_gathered(size_t group);
-  void gather_in_backward(size_t group);
-  void release_parameters(size_t group);
-  void begin_unit_backward(size_t group);
-  std::unique_ptr<UnitHooks> make_unit_hooks();
+  bool releases_gradients_;
+  std::vector<size_t> awaiting_release_;  // groups whose reduction must finish before their full gradient goes
+  std::unique_ptr<AdamW> optimizer_;
+  // Per slice, the parameter it belongs to (for the norm) and its gradient.
+  std::vector<size_t> slice_parameter_;
+  std::vector<torch::Tensor> slice_grads_;
 };
+
+// The strategies (one file each).
+std::unique_ptr<DataParallel> make_single_process(const ModelDescription& model, const AdamWOptions& adam);
+std::unique_ptr<DataParallel> make_ddp(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                       const AdamWOptions& adam, const DataParallelOptions& options);
+std::unique_ptr<DataParallel> make_zero1(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                         const AdamWOptions& adam, const DataParallelOptions& options);
+std::unique_ptr<DataParallel> make_zero2(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                         const AdamWOptions& adam, const DataParallelOptions& options);
+std::unique_ptr<DataParallel> make_fsdp(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                        const AdamWOptions& adam, const DataParallelOptions& options);
 
 // Optimizer state by parameter ranges (optimizer_pieces.cpp).
 void load_optimizer_pieces(AdamW& optimizer, const std::vector<SafetensorsFile>& files);

@@ -7,7 +7,7 @@
 #include <map>
 #include <optional>
 
-#include "data_parallel_impl.hpp"
+#include "grouped_parallel.hpp"
 #include "mpibert/core/error.hpp"
 
 namespace mpibert {

@@ -38,7 +38,8 @@ int integer_from_environment(const char* name, int fallback) {
 
 // Polls `request` until it completes or the collective timeout passes. Open MPI progresses
 // non-blocking collectives only inside MPI calls, so the polling is what moves data: sleeping
-// between polls made a 17 MB all-reduce 5x slower here, so it only yields.
+// between polls slows a large all-reduce several times over (docs/measurements.md), so it only
+// yields.
 void wait_for(MPI_Request& request, const std::string& what) {
   const auto start = Clock::now();
   const double timeout = collective_timeout();

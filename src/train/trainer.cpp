@@ -266,7 +266,7 @@ void Trainer::set_up_parallel() {
   if (ranks_.size > 1)
     communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout(),
                                       MpiCollectives::parse(options_.mpi_collectives, "--mpi-collectives"));
-  parallel_ = std::make_unique<DataParallel>(model(), communicator_, adam, options_.parallel);
+  parallel_ = make_data_parallel(model_description(model()), communicator_, adam, options_.parallel);
   if (!resume_from_.empty()) {
     agree_on(ranks_, [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), state_.world_size, *parallel_, device_); });
     spdlog::info("resumed from {} at step {} (epoch {}, micro-batch {})", resume_from_, state_.global_step, state_.epoch,

@@ -96,7 +96,9 @@ def checkpoint_problems(out):
 
 def moment(out, log_text):
     """Where the kill landed, from what the run left: a checkpoint half-written, an evaluation, a step."""
-    if any(n.startswith(".checkpoint-") and n.endswith(".tmp") for n in os.listdir(out) if os.path.isdir(out)):
+    # A kill can land before the run directory exists.
+    names = os.listdir(out) if os.path.isdir(out) else []
+    if any(n.startswith(".checkpoint-") and n.endswith(".tmp") for n in names):
         return "checkpoint write"
     lines = [l for l in log_text.splitlines() if "] " in l]
     last = lines[-1] if lines else ""

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "mpibert/nn/model_description.hpp"
+
 namespace mpibert {
 
 struct BertConfig {
@@ -52,17 +54,6 @@ struct ModelOptions {
   bool autocast_bf16 = false;
   // One [hidden, 3*hidden] matmul for Q, K and V instead of three (same parameters, HF names).
   bool fused_qkv = true;
-};
-
-// Called around each unit of the model in forward order: the embeddings, each encoder layer, the
-// QA head (the units of FSDP's auto-wrap policy for BERT). Sharded data parallelism
-// (dist/data_parallel.hpp) gathers a unit's parameters before it runs and releases them after.
-class UnitHooks {
- public:
-  virtual ~UnitHooks() = default;
-  virtual void before_unit(size_t unit) = 0;
-  // `output` is what the unit returns; its gradient arriving marks the start of the unit's backward.
-  virtual void after_unit(size_t unit, const torch::Tensor& output) = 0;
 };
 
 // Features packed end to end with no padding anywhere (data/batching.hpp makes them from shards).
@@ -190,7 +181,8 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
   const BertConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
   // The units in forward order, each named by the prefix of its parameters' names
-  // ("bert.embeddings.", "bert.encoder.layer.0.", ..., "qa_outputs.").
+  // ("bert.embeddings.", "bert.encoder.layer.0.", ..., "qa_outputs."): the embeddings, each
+  // encoder layer, the QA head, as FSDP's auto-wrap policy for BERT.
   std::vector<std::string> unit_prefixes() const;
   // Hooks around the units of every forward from now on (nullptr: none). Not owned.
   void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
@@ -213,6 +205,10 @@ torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch
 // Packed logits (lowest past each feature's end) give the loss of the real positions alone.
 torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
                                       const torch::Tensor& start_positions, const torch::Tensor& end_positions);
+
+// The model as data-parallel strategies see it (nn/model_description.hpp): its parameters, its
+// units, the word embedding as the token embedding. It refers to `model`, which must outlive it.
+ModelDescription model_description(BertForQuestionAnswering& model);
 
 int64_t count_parameters(const torch::nn::Module& module);
 // Without the word, position and token-type embedding tables: HF's

@@ -1,4 +1,7 @@
-// Data parallelism: gradient synchronization and the optimizer step, for one process or many.
+// Data parallelism: gradient synchronization and the optimizer step, for one process or many, as
+// one small interface with a file per strategy (src/parallel/: ddp.cpp, zero1.cpp, zero2.cpp,
+// fsdp.cpp, single_process.cpp). The strategies know no BERT: they are built from a model's
+// description (nn/model_description.hpp).
 //
 // Modeled on PyTorch's c10d Reducer and FSDP. Parameters are grouped into flat groups: buckets in
 // reverse registration order (roughly the order backward produces their gradients; the first
@@ -27,7 +30,7 @@
 //          every micro-batch, and gradients are reduce-scattered every micro-batch too (keeping
 //          them whole until the last would cost the memory fsdp exists to save).
 //
-// The word embedding (ddp, --embedding-exchange sparse): a step touches only the rows of its
+// The token embedding (ddp, EmbeddingExchange::kSparse): a step touches only the rows of its
 // tokens' ids, and every other row's gradient is exactly zero on every rank. The embedding is its
 // own group, the last one backward fills: at the start of the step's last backward the ranks
 // all-reduce a mask of the rows their micro-batches touched (vocab floats, hidden behind
@@ -44,7 +47,7 @@
 #include <vector>
 
 #include "mpibert/comm/communicator.hpp"
-#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/nn/model_description.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/nn/safetensors.hpp"
 
@@ -88,74 +91,77 @@ struct MemoryFootprint {
   int64_t total() const { return parameters + gradients + optimizer_state; }
 };
 
+// The gradient groups in launch order: their parameters (in the order backward tends to finish
+// them) and element count, padded to a multiple of the number of ranks. fsdp: the units, in
+// forward order.
+struct BucketLayout {
+  std::vector<std::string> parameters;
+  int64_t numel = 0;
+};
+
+// One training step, in the caller's order: note_input_ids and begin_backward before each
+// micro-batch's backward, finish_gradient_sync after the last, clip_and_step, zero_grad.
 class DataParallel {
  public:
-  // `communicator` null: one process. The parameters are taken from `model` in registration order.
-  DataParallel(BertForQuestionAnswering& model, std::shared_ptr<Communicator> communicator, const AdamWOptions& adam,
-               const DataParallelOptions& options);
-  ~DataParallel();
+  virtual ~DataParallel() = default;
+  DataParallel() = default;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   // Every rank starts from rank 0's parameters (fsdp: then each keeps its slices only).
-  void broadcast_parameters();
+  virtual void broadcast_parameters() = 0;
 
   // fsdp: the parameters are whole only around their unit's forward and backward. Gathering makes
   // every parameter whole on every rank (collective) until release, for evaluation or saving the
   // model; the units' hooks do nothing meanwhile. Other strategies: nothing to do.
-  void gather_full_parameters();
-  void release_full_parameters();
+  virtual void gather_full_parameters() {}
+  virtual void release_full_parameters() {}
 
   // Before each micro-batch's backward: the token ids it embedded (for the sparse embedding
   // exchange; ignored otherwise; a step none were noted for goes dense).
-  void note_input_ids(const torch::Tensor& input_ids);
+  virtual void note_input_ids(const torch::Tensor& /*input_ids*/) {}
   // Before each micro-batch's backward: `synchronize` is false on gradient-accumulation
   // micro-steps (DDP's no_sync), true on the last one of a step.
-  void begin_backward(bool synchronize);
-  // After the last backward of a step: waits for every bucket's reduction. ddp: the .grad of every
-  // parameter holds the average over ranks; zero1: this rank's slices do.
-  void finish_gradient_sync();
+  virtual void begin_backward(bool synchronize) = 0;
+  // After the last backward of a step: waits for every group's reduction. ddp: the .grad of every
+  // parameter holds the average over ranks; the sharded strategies: this rank's slices do.
+  virtual void finish_gradient_sync() = 0;
   // Clips by the global gradient norm (torch's clip_grad_norm_) and takes one AdamW step; zero1
-  // then all-gathers the parameters. Returns the pre-clip norm, a scalar on the parameters' device
-  // (reading it is left to the caller, who may not want to wait for the device).
-  torch::Tensor clip_and_step(double max_norm, double lr);
-  void zero_grad();
+  // and zero2 then all-gather the parameters. Returns the pre-clip norm, a scalar on the
+  // parameters' device (reading it is left to the caller, who may not want to wait for the device).
+  virtual torch::Tensor clip_and_step(double max_norm, double lr) = 0;
+  virtual void zero_grad() = 0;
 
   // Checkpoints. ddp and one process: the whole state, identical on every rank (rank 0 saves it).
   // zero1, zero2, fsdp: this rank's slices; every rank saves its own. Tensors are named
   // "exp_avg.NAME[BEGIN:END]" (a range of parameter NAME's flattened elements; a whole parameter
   // has no range) and "adam_steps".
-  bool optimizer_state_is_sharded() const { return sharded_; }
+  virtual bool optimizer_state_is_sharded() const = 0;
   std::vector<NamedTensor> optimizer_state();
   // From the files of any strategy and number of ranks: each moment this rank holds is put
   // together from the pieces that cover it (DeepSpeed's universal checkpoint). A piece missing or
   // of another shape is an InputError naming the file or the tensor.
   void load_optimizer_state(const std::vector<SafetensorsFile>& files);
   int64_t optimizer_state_bytes() const;  // on this rank
-  MemoryFootprint memory_footprint() const;  // on this rank, now
+  virtual MemoryFootprint memory_footprint() const = 0;  // on this rank, now
 
   // Waits for the timings of reductions still in flight.
-  SyncStats sync_stats() const;
+  virtual SyncStats sync_stats() const = 0;
+  // None with one process.
+  virtual std::vector<BucketLayout> bucket_layout() const = 0;
+  size_t num_buckets() const { return bucket_layout().size(); }
+  // kSparse where the token embedding goes by touched rows (ddp over ranks, asked for).
+  virtual EmbeddingExchange embedding_exchange() const { return EmbeddingExchange::kDense; }
 
-  // The gradient buckets in launch order: their parameters (in the order backward tends to finish
-  // them) and element count, padded to a multiple of the number of ranks. None with one process.
-  // fsdp: the units instead, in forward order.
-  struct BucketLayout {
-    std::vector<std::string> parameters;
-    int64_t numel = 0;
-  };
-  std::vector<BucketLayout> bucket_layout() const;
-  size_t num_buckets() const;
-  // kSparse where the word embedding goes by touched rows (ddp over ranks, asked for).
-  EmbeddingExchange embedding_exchange() const;
-
-  struct Impl;  // opaque here (src/dist/data_parallel_impl.hpp)
-
- private:
-  std::unique_ptr<Impl> impl_;
-  std::shared_ptr<Communicator> communicator_;
-  bool sharded_ = false;
+ protected:
+  // The AdamW of this rank: over every parameter (one process, ddp) or this rank's slices.
+  virtual AdamW& optimizer() const = 0;
 };
+
+// `communicator` null: one process, whatever the strategy. The description's parameters become
+// views into the strategy's flat buffers; its model must outlive the strategy.
+std::unique_ptr<DataParallel> make_data_parallel(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                                 const AdamWOptions& adam, const DataParallelOptions& options);
 
 // The parameters whole for a scope (evaluation, saving): DataParallel::gather_full_parameters on
 // construction, release on destruction. Collective: every rank creates it at the same point.

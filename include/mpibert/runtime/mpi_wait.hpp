@@ -1,4 +1,5 @@
-// Internal: waiting on an MPI request within the collective timeout (comm.cpp).
+// Waiting on an MPI request within the collective timeout (host_collectives.cpp), for the layers
+// that post MPI requests of their own (the NCCL backend's unique-id broadcast).
 #pragma once
 
 #include <mpi.h>

@@ -1,0 +1,147 @@
+// ddp: every bucket averaged across ranks by an all-reduce as soon as backward completes it;
+// every rank keeps the whole AdamW state and applies the same update. The token embedding, with
+// EmbeddingExchange::kSparse, goes by the rows the step touched (data_parallel.hpp).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include "grouped_parallel.hpp"
+
+namespace mpibert {
+namespace {
+
+// The sparse exchange of the token embedding's gradient.
+struct SparseEmbedding {
+  size_t parameter = 0, group = 0;  // the embedding and its group of its own
+  int64_t vocab = 0;
+  torch::Tensor touched;                    // rows this step's micro-batches embedded: 1, else 0 ([vocab] float)
+  std::shared_ptr<Work> touched_reduction;  // the mask summed over ranks, in flight from the last backward's start
+  torch::Tensor rows, values;               // the union's row indices and their gradients, being all-reduced
+  int64_t exchanges = 0, dense_fallbacks = 0, rows_exchanged = 0;
+};
+
+class Ddp final : public GroupedParallel {
+ public:
+  Ddp(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const AdamWOptions& adam,
+      const DataParallelOptions& options)
+      : GroupedParallel(model, std::move(communicator), options) {
+    if (options.embedding_exchange == EmbeddingExchange::kSparse) set_up_sparse_embedding(model.token_embedding);
+    groups_ = group_into_buckets(parameters_, options.first_bucket_mb, options.bucket_mb,
+                                 sparse_ ? std::optional<size_t>(sparse_->parameter) : std::nullopt);
+    if (sparse_) sparse_->group = groups_.size() - 1;
+    attach_gradient_views();
+    optimizer_ = std::make_unique<AdamW>(named_parameters(), adam);
+    install_hooks(/*allocate_before_accumulation=*/false);
+    log_layout("ddp", "gradient buckets", sparse_ ? " (the last, the word embedding, by the rows a step touched)" : "");
+  }
+
+  void note_input_ids(const torch::Tensor& input_ids) override {
+    if (!sparse_) return;
+    torch::NoGradGuard no_grad;
+    const torch::Tensor& weight = parameters_[sparse_->parameter];
+    if (!sparse_->touched.defined()) sparse_->touched = torch::zeros({sparse_->vocab}, weight.options().requires_grad(false));
+    sparse_->touched.index_fill_(0, input_ids.reshape({-1}).to(weight.device(), torch::kLong), 1.0);
+  }
+
+  torch::Tensor clip_and_step(double max_norm, double lr) override {
+    torch::Tensor norm = clip_grad_norm(parameters_, max_norm);
+    optimizer_->step(lr);
+    return norm;
+  }
+
+  bool optimizer_state_is_sharded() const override { return false; }
+  EmbeddingExchange embedding_exchange() const override { return sparse_ ? EmbeddingExchange::kSparse : EmbeddingExchange::kDense; }
+
+  SyncStats sync_stats() const override {
+    SyncStats stats = GroupedParallel::sync_stats();
+    if (sparse_) {
+      stats.sparse_exchanges = sparse_->exchanges;
+      stats.dense_fallbacks = sparse_->dense_fallbacks;
+      stats.embedding_rows = sparse_->rows_exchanged;
+    }
+    return stats;
+  }
+
+  MemoryFootprint memory_footprint() const override {
+    MemoryFootprint footprint = GroupedParallel::memory_footprint();
+    for (const auto& parameter : parameters_) footprint.parameters += static_cast<int64_t>(parameter.nbytes());
+    return footprint;
+  }
+
+ protected:
+  AdamW& optimizer() const override { return *optimizer_; }
+
+  void reduce(size_t g) override {
+    FlatGroup& group = groups_[g];
+    if (sparse_ && g == sparse_->group && reduce_touched_rows()) return;
+    group.grads.div_(world_);  // average as DDP does: divide, then sum
+    group.reduction = communicator_->all_reduce_sum(group.grads, "all-reduce of " + group.what);
+    record_reduction(group.reduction, static_cast<int64_t>(group.grads.nbytes()));
+  }
+
+  // Issued before any bucket on every rank, it is done long before the embedding's gradient is.
+  void backward_started() override {
+    if (!sparse_ || !sparse_->touched.defined()) return;
+    sparse_->touched_reduction = communicator_->all_reduce_sum(sparse_->touched, "all-reduce of the word embedding rows touched");
+    record_reduction(sparse_->touched_reduction, static_cast<int64_t>(sparse_->touched.nbytes()));
+  }
+
+  // After close_backward waited for every reduction. Rows outside the union are zero on every
+  // rank, so the dense average there is zero too.
+  void reductions_done() override {
+    if (!sparse_ || !sparse_->rows.defined()) return;
+    torch::NoGradGuard no_grad;
+    parameters_[sparse_->parameter].grad().index_copy_(0, sparse_->rows, sparse_->values);
+    sparse_->rows = sparse_->values = torch::Tensor();
+  }
+
+ private:
+  void set_up_sparse_embedding(const std::string& name) {
+    auto found = std::find(names_.begin(), names_.end(), name);
+    if (name.empty() || found == names_.end())
+      throw std::logic_error("sparse embedding exchange: the model's token embedding is not a parameter");
+    sparse_ = std::make_unique<SparseEmbedding>();
+    sparse_->parameter = static_cast<size_t>(found - names_.begin());
+    sparse_->vocab = parameters_[sparse_->parameter].size(0);
+  }
+
+  // The union's rows all-reduced; false where the union is too large, or no ids were noted (the
+  // group goes dense). Every rank finds the same union (the mask sums whole numbers exactly) and
+  // so takes the same branch.
+  bool reduce_touched_rows() {
+    SparseEmbedding& s = *sparse_;
+    if (!s.touched_reduction) return false;
+    s.touched_reduction->wait();
+    torch::Tensor rows = s.touched.nonzero().flatten();  // ascending; on a GPU the host waits for it here
+    s.touched = torch::Tensor();
+    s.touched_reduction.reset();
+    if (static_cast<double>(rows.numel()) > options_.sparse_rows_max_fraction * static_cast<double>(s.vocab)) {
+      ++s.dense_fallbacks;
+      return false;
+    }
+    FlatGroup& group = groups_[s.group];
+    const torch::Tensor& gradient = parameters_[s.parameter].grad();
+    s.rows = rows;
+    s.values = gradient.index_select(0, rows).div_(world_);
+    group.reduction = communicator_->all_reduce_sum(
+        s.values, "all-reduce of " + std::to_string(rows.numel()) + " touched rows of " + group.what);
+    record_reduction(group.reduction, static_cast<int64_t>(s.values.nbytes()));
+    ++s.exchanges;
+    s.rows_exchanged += rows.numel();
+    return true;
+  }
+
+  std::unique_ptr<SparseEmbedding> sparse_;
+  std::unique_ptr<AdamW> optimizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> make_ddp(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                       const AdamWOptions& adam, const DataParallelOptions& options) {
+  return std::make_unique<Ddp>(model, std::move(communicator), adam, options);
+}
+
+}  // namespace mpibert

@@ -1,0 +1,34 @@
+// zero1 (ZeRO stage 1): each bucket is reduce-scattered, each rank keeps the AdamW state of its
+// 1/N slice of every bucket only, updates that slice, and the parameters are all-gathered back.
+// The same arithmetic as ddp, with 1/N of the optimizer memory.
+#include <optional>
+
+#include "grouped_parallel.hpp"
+
+namespace mpibert {
+namespace {
+
+class Zero1 final : public ShardedParallel {
+ public:
+  Zero1(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const AdamWOptions& adam,
+        const DataParallelOptions& options)
+      : ShardedParallel(model, std::move(communicator), options, /*releases_gradients=*/false) {
+    groups_ = group_into_buckets(parameters_, options.first_bucket_mb, options.bucket_mb, std::nullopt);
+    attach_gradient_views();
+    build_shards(adam, /*own_shard_storage=*/false);
+    install_hooks(/*allocate_before_accumulation=*/false);
+    log_layout("zero1", "gradient buckets", "");
+  }
+
+ protected:
+  void after_step() override { all_gather_updated_parameters(); }
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> make_zero1(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                         const AdamWOptions& adam, const DataParallelOptions& options) {
+  return std::make_unique<Zero1>(model, std::move(communicator), adam, options);
+}
+
+}  // namespace mpibert
