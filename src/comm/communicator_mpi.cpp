@@ -111,7 +111,7 @@ class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(double timeout_seconds, const MpiCollectives& collectives)
       : timeout_seconds_(timeout_seconds),
-        ring_min_bytes_(collectives.algorithm == "ring" ? collectives.ring_min_bytes : INT64_MAX) {
+        ring_min_bytes_(collectives.algorithm == MpiAlgorithm::kRing ? collectives.ring_min_bytes : INT64_MAX) {
     {
       const OpenMpiOwnAllocations not_ours;
       MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
