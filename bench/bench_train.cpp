@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     model->train();
     const std::vector<torch::Tensor> parameters = model->parameters();
     mpibert::AdamWOptions adam;
-    adam.fused = mpibert::parse_fused_adamw(optim, "--optim");
+    adam.fused = optim == "adamw_torch_fused";
     mpibert::AdamW optimizer(model->named_parameters(), adam);
     mpibert::DistributedSampler sampler(store.num_features(), 0, 1, mpibert::DistributedSampler::Mode::kTrain, 42);
     if (variant.group_by_length) sampler.group_by_length(mpibert::feature_lengths(store), batch);

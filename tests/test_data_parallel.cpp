@@ -504,11 +504,9 @@ TEST_F(SparseEmbedding, GivesTheDenseGradientsSendingTheTouchedRowsOnly) {
       << "per step: the dense embedding, less the union's rows and the mask of touched rows";
 }
 
-TEST_F(SparseEmbedding, ExchangeNamesParse) {
-  EXPECT_EQ(parse_embedding_exchange("sparse"), EmbeddingExchange::kSparse);
-  EXPECT_EQ(parse_embedding_exchange("dense"), EmbeddingExchange::kDense);
+TEST_F(SparseEmbedding, ExchangeNames) {
   EXPECT_STREQ(embedding_exchange_name(EmbeddingExchange::kSparse), "sparse");
-  EXPECT_THROW(parse_embedding_exchange("rows"), InputError);
+  EXPECT_STREQ(embedding_exchange_name(EmbeddingExchange::kDense), "dense");
 }
 
 // A union past sparse_rows_max_fraction of the vocabulary is all-reduced whole, on every rank.

@@ -174,14 +174,14 @@ void expect_one_rank_round_trip(Communicator& comm, const torch::Device& device)
 TEST(GpuCommunicator, NcclOneRankRoundTripIsExact) {
   SKIP_WITHOUT_GPU();
   ASSERT_TRUE(nccl_available()) << "a CUDA build without the NCCL backend";
-  auto comm = make_communicator("cuda", "auto", torch::Device(torch::kCUDA, 0), 60);
+  auto comm = make_communicator(DeviceChoice::kCuda, CommChoice::kAuto, torch::Device(torch::kCUDA, 0), 60);
   EXPECT_EQ(comm->backend(), "nccl");
   expect_one_rank_round_trip(*comm, torch::Device(torch::kCUDA, 0));
 }
 
 TEST(GpuCommunicator, MpiStagesCudaTensorsThroughTheHost) {
   SKIP_WITHOUT_GPU();
-  auto comm = make_communicator("cuda", "mpi", torch::Device(torch::kCUDA, 0), 60);
+  auto comm = make_communicator(DeviceChoice::kCuda, CommChoice::kMpi, torch::Device(torch::kCUDA, 0), 60);
   EXPECT_EQ(comm->backend(), "mpi");
   expect_one_rank_round_trip(*comm, torch::Device(torch::kCUDA, 0));
 }
@@ -193,7 +193,7 @@ TEST(GpuSparseEmbedding, RowsGoThroughNcclAndBackAsTheDenseExchangeDoes) {
   const torch::Device device(torch::kCUDA, 0);
   BertConfig config = BertConfig::preset("small");
   config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
-  std::shared_ptr<Communicator> communicator = make_communicator("cuda", "auto", device, 60);
+  std::shared_ptr<Communicator> communicator = make_communicator(DeviceChoice::kCuda, CommChoice::kAuto, device, 60);
   auto gradients_with = [&](EmbeddingExchange exchange, SyncStats* stats) {
     torch::manual_seed(5);
     BertForQuestionAnswering model(config);
@@ -267,7 +267,7 @@ TEST(GpuTraining, TwentyStepsOnTheGpuFollowTheCpu) {
     o.batch_size = 8;
     o.learning_rate = 1e-3;
     o.logging_steps = 0;
-    o.device = device;
+    o.device = device == "cuda" ? DeviceChoice::kCuda : DeviceChoice::kCpu;
     train(o);
     std::vector<double> losses;
     for (const auto& line : test::read_lines(data.file(device + "/metrics.jsonl")))

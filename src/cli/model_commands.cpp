@@ -2,6 +2,10 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <initializer_list>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "mpibert/cli/commands.hpp"
 #include "mpibert/core/io.hpp"
@@ -17,19 +21,69 @@
 
 namespace mpibert {
 
+namespace {
+
+// An enum option's values by their spellings (option_name), in the order given: CLI11 lists them
+// so when it refuses another ("--padding: some not in {dynamic,full,packed}").
+template <class Enum>
+std::vector<std::pair<std::string, Enum>> spellings(std::initializer_list<Enum> values) {
+  std::vector<std::pair<std::string, Enum>> table;
+  for (Enum value : values) table.emplace_back(option_name(value), value);
+  return table;
+}
+
+// An enum option, parsed here once: CLI11 refuses other spellings and keeps the one given (what
+// train_config.toml records), and the value goes into `value`.
+template <class Enum>
+CLI::Option* add_choice(CLI::App* command, const std::string& flags, Enum& value, std::initializer_list<Enum> values,
+                        const std::string& help) {
+  const auto table = spellings(values);
+  auto store = [&value, table](const std::string& given) {
+    for (const auto& [name, choice] : table)
+      if (name == given) value = choice;
+  };
+  return command->add_option_function<std::string>(flags, store, help)
+      ->check(CLI::IsMember(table))
+      ->default_str(option_name(value));
+}
+
+// Registers fields of TrainOptions under the spellings for_each_train_option gives them.
+struct TrainOptionAdder {
+  CLI::App* command;
+  TrainOptions& options;
+
+  template <class Field>
+  CLI::Option* operator()(Field& field, const std::string& help = "") const {
+    const std::string flags = train_option_field(options, field).flags;
+    if constexpr (std::is_same_v<Field, bool>)
+      return command->add_flag(flags, field, help);
+    else
+      return command->add_option(flags, field, help);
+  }
+  template <class Enum>
+  CLI::Option* choice(Enum& field, std::initializer_list<Enum> values, const std::string& help) const {
+    return add_choice(command, train_option_field(options, field).flags, field, values, help);
+  }
+};
+
+}  // namespace
+
 struct ModelCommands::Impl {
   CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr, *env = nullptr;
   TrainOptions options;
-  std::string padding = "dynamic", log_level = "info", strategy = "ddp", embedding_exchange = "sparse";
+  std::string log_level = "info";
   int threads = 0;
   double collective_timeout = 300;
   bool log_all_ranks = false;
   bool do_train = false, do_eval = false;  // run_qa.py switches, accepted
   // eval and predict
-  std::string model_dir, data_dir, output_dir, context, question, device = "auto";
+  std::string model_dir, data_dir, output_dir, context, question;
+  DeviceChoice device = DeviceChoice::kAuto;
+  Padding eval_padding = Padding::kDynamic;
   int64_t batch_size = 64;
   PostprocessOptions postprocess;
 
+  void add_train_options();
   int run_train();
   int run_eval();
   int run_predict();
@@ -37,117 +91,108 @@ struct ModelCommands::Impl {
 };
 
 ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
-  auto& o = impl_->options;
   CLI::App* c = impl_->train = app.add_subcommand("train", "fine-tune BERT for SQuAD on prepared shards");
   // CLI11 reads config files on the top-level app only: --config belongs to it, and falls through
   // from `train` so that `mpibert train --config FILE` works; the file's [train] section applies.
   app.set_config("--config", "", "read options from this file (TOML: options of `train` under [train])");
   c->fallthrough();
-  c->add_option("--train-shards", o.train_dir, "directory prepared by mpibert-prep --split train")->required();
-  c->add_option("--eval-shards", o.eval_dir, "directory prepared by mpibert-prep --split eval");
-  c->add_option("--output-dir,--output_dir", o.output_dir, "run directory")->required();
-  c->add_option("--model,--model_name_or_path", o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
-  c->add_option("--model-config", o.model_config, "config.json for a randomly initialized model (without --model)");
-  c->add_option("--vocab", o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
-  c->add_option("--resume", o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");
-  c->add_flag("--overwrite-output-dir,--overwrite_output_dir", o.overwrite_output_dir,
-              "replace an earlier run in --output-dir (its checkpoints and records) instead of refusing to start");
-  c->add_option("--max-seq-length,--max_seq_length", o.expected_max_seq_length,
-                "refuse shards prepared with another max_seq_length (0: any; run_qa's is 384)")->capture_default_str();
-  c->add_option("--doc-stride,--doc_stride", o.expected_doc_stride,
-                "refuse shards prepared with another doc_stride (0: any; run_qa's is 128)")->capture_default_str();
-  // run_qa.py's switches of what to run: training always runs, evaluation when --eval-shards is given.
-  c->add_flag("--do_train", impl_->do_train, "accepted for run_qa.py command lines (training always runs)");
-  c->add_flag("--do_eval", impl_->do_eval, "accepted for run_qa.py command lines: needs --eval-shards");
-  c->add_option("--epochs,--num_train_epochs", o.epochs)->capture_default_str();
-  c->add_option("--max-steps", o.max_steps, "train this many optimizer steps instead (overrides --epochs)")->capture_default_str();
-  c->add_option("--batch-size,--per_device_train_batch_size", o.batch_size, "per rank, per micro-batch")->capture_default_str();
-  c->add_option("--gradient-accumulation,--gradient_accumulation_steps", o.gradient_accumulation)->capture_default_str();
-  c->add_option("--learning-rate,--learning_rate", o.learning_rate)->capture_default_str();
-  c->add_option("--weight-decay,--weight_decay", o.weight_decay)->capture_default_str();
-  c->add_option("--warmup-steps", o.warmup_steps)->capture_default_str();
-  c->add_option("--warmup-ratio,--warmup_ratio", o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
-  c->add_option("--max-grad-norm", o.max_grad_norm)->capture_default_str();
-  c->add_option("--optim", o.optim,
-                "as HF's --optim: adamw_torch_fused (torch's fused kernel, one pass per tensor: HF's default with "
-                "torch >= 2.8) or adamw_torch (torch's AdamW op for op, HF's default before; the same update within "
-                "round-off)")
-      ->check(CLI::IsMember({"adamw_torch", "adamw_torch_fused"}))
-      ->capture_default_str();
-  c->add_option("--seed", o.seed)->capture_default_str();
-  c->add_option("--padding", impl_->padding,
-                "dynamic (to the longest in the batch, multiple of 8), full, or packed (no padding: the batch's features end "
-                "to end, attention within each)")
-      ->check(CLI::IsMember({"dynamic", "full", "packed"}))
-      ->capture_default_str();
-  c->add_flag("--group-by-length", o.group_by_length, "batches of similar length (HF's group_by_length): less padding");
-  c->add_option("--stop-after-steps", o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
-  c->add_option("--logging-steps,--logging_steps", o.logging_steps)->capture_default_str();
-  c->add_option("--save-steps,--save_steps", o.save_steps, "checkpoint every N steps (0: only at the end)")->capture_default_str();
-  c->add_option("--save-total-limit", o.save_total_limit, "checkpoints kept")->capture_default_str();
-  c->add_option("--eval-batch-size,--per_device_eval_batch_size", o.eval_batch_size)->capture_default_str();
-  c->add_option("--eval-steps", o.eval_steps, "also evaluate every N steps; the best F1 is kept in trainer_state.json")
-      ->capture_default_str();
-  c->add_option("--n-best-size", o.postprocess.n_best_size)->capture_default_str();
-  c->add_option("--max-answer-length", o.postprocess.max_answer_length)->capture_default_str();
-  c->add_option("--null-score-diff-threshold", o.postprocess.null_score_diff_threshold)->capture_default_str();
-  c->add_option("--device", o.device, "auto (each rank its node-local GPU when there is one), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-      ->capture_default_str();
-  c->add_option("--comm", o.comm, "with several ranks: auto (NCCL on GPUs, else MPI), mpi or nccl")
-      ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
-      ->capture_default_str();
-  c->add_option("--mpi-collectives", o.mpi_collectives,
-                "the MPI backend's algorithm: ring (mpibert's ring for buffers from 256 KiB, the bandwidth optimum) or "
-                "openmpi (Open MPI's tuned choice)")
-      ->check(CLI::IsMember({"ring", "openmpi"}))
-      ->capture_default_str();
-  c->add_flag("--bf16", o.model.autocast_bf16, "bf16 autocast, float32 master weights");
-  c->add_flag("--tf32", o.tf32, "TF32 for float32 matrix products on GPUs");
-  c->add_flag("--profile", o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
-  c->add_option("--profile-wait", o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
-  c->add_option("--profile-warmup", o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
-  c->add_option("--profile-active", o.profile_schedule.active, "steps it records")->capture_default_str();
-  c->add_option("--strategy", impl_->strategy,
-                "with several ranks: ddp (all-reduce), zero1 (optimizer state sharded), zero2 (and gradients), "
-                "fsdp (and parameters: ZeRO-3, FSDP FULL_SHARD)")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "fsdp"}))
-      ->capture_default_str();
-  c->add_option("--bucket-mb", o.parallel.bucket_mb, "gradient bucket size in MiB (DDP's bucket_cap_mb)")->capture_default_str();
-  c->add_option("--embedding-exchange", impl_->embedding_exchange,
-                "ddp: sparse (only the word-embedding rows a step touched are all-reduced; dense when their union "
-                "passes 90% of the vocabulary) or dense (the whole embedding, as DDP)")
-      ->check(CLI::IsMember({"sparse", "dense"}))
-      ->capture_default_str();
-  c->add_option("--collective-timeout", impl_->collective_timeout,
-                "seconds a rank waits in a collective before it reports what it waited for and ends the job (0: forever)")
-      ->capture_default_str();
-  c->add_option("--threads", impl_->threads, "LibTorch threads per rank (0: LibTorch's default)")->capture_default_str();
-  c->add_option("--log-level", impl_->log_level)->capture_default_str();
-  c->add_flag("--log-all-ranks", impl_->log_all_ranks, "log info lines from every rank, not only rank 0");
-
+  impl_->add_train_options();
   for (CLI::App* command : {impl_->eval = app.add_subcommand("eval", "evaluate an HF model directory on prepared shards"),
                             impl_->predict = app.add_subcommand("predict", "answer one question about one context")}) {
     command->add_option("--model", impl_->model_dir, "HF model directory (config.json, model.safetensors, vocab.txt)")->required();
     command->add_option("--n-best-size", impl_->postprocess.n_best_size)->capture_default_str();
     command->add_option("--max-answer-length", impl_->postprocess.max_answer_length)->capture_default_str();
     command->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
-    command->add_option("--device", impl_->device, "auto (a GPU when there is one), cpu or cuda")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-        ->capture_default_str();
+    add_choice(command, "--device", impl_->device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
+               "auto (a GPU when there is one), cpu or cuda");
   }
   impl_->env = app.add_subcommand("env", "print the device this process would train on and the library versions (JSON)");
-  impl_->env->add_option("--device", impl_->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  add_choice(impl_->env, "--device", impl_->device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
+             "auto, cpu or cuda");
   impl_->eval->add_option("--data", impl_->data_dir, "shards prepared with mpibert-prep --split eval")->required();
   impl_->eval->add_option("--output-dir", impl_->output_dir, "where predictions and metrics go")->required();
   impl_->eval->add_option("--batch-size", impl_->batch_size)->capture_default_str();
-  impl_->eval->add_option("--padding", impl_->padding, "dynamic or packed (the same predictions; packed has no padding in its loss)")
-      ->check(CLI::IsMember({"dynamic", "packed"}))
-      ->capture_default_str();
+  add_choice(impl_->eval, "--padding", impl_->eval_padding, {Padding::kDynamic, Padding::kPacked},
+             "dynamic or packed (the same predictions; packed has no padding in its loss)");
   impl_->eval->add_option("--null-score-diff-threshold", impl_->postprocess.null_score_diff_threshold)->capture_default_str();
   impl_->predict->add_option("--context", impl_->context)->required();
   impl_->predict->add_option("--question", impl_->question)->required();
   impl_->predict->add_flag("--allow-no-answer", impl_->postprocess.version_2_with_negative, "SQuAD v2: the answer may be \"\"");
+}
+
+// `mpibert train`'s options, in the order of its help and of train_config.toml.
+void ModelCommands::Impl::add_train_options() {
+  TrainOptions& o = options;
+  CLI::App* c = train;
+  const TrainOptionAdder add{c, o};
+  add(o.train_dir, "directory prepared by mpibert-prep --split train")->required();
+  add(o.eval_dir, "directory prepared by mpibert-prep --split eval");
+  add(o.output_dir, "run directory")->required();
+  add(o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
+  add(o.model_config, "config.json for a randomly initialized model (without --model)");
+  add(o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
+  add(o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");
+  add(o.overwrite_output_dir,
+      "replace an earlier run in --output-dir (its checkpoints and records) instead of refusing to start");
+  add(o.expected_max_seq_length, "refuse shards prepared with another max_seq_length (0: any; run_qa's is 384)")
+      ->capture_default_str();
+  add(o.expected_doc_stride, "refuse shards prepared with another doc_stride (0: any; run_qa's is 128)")->capture_default_str();
+  // run_qa.py's switches of what to run: training always runs, evaluation when --eval-shards is given.
+  c->add_flag("--do_train", do_train, "accepted for run_qa.py command lines (training always runs)");
+  c->add_flag("--do_eval", do_eval, "accepted for run_qa.py command lines: needs --eval-shards");
+  add(o.epochs)->capture_default_str();
+  add(o.max_steps, "train this many optimizer steps instead (overrides --epochs)")->capture_default_str();
+  add(o.batch_size, "per rank, per micro-batch")->capture_default_str();
+  add(o.gradient_accumulation)->capture_default_str();
+  add(o.learning_rate)->capture_default_str();
+  add(o.weight_decay)->capture_default_str();
+  add(o.warmup_steps)->capture_default_str();
+  add(o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
+  add(o.max_grad_norm)->capture_default_str();
+  add.choice(o.optim, {Optim::kAdamWTorch, Optim::kAdamWTorchFused},
+             "as HF's --optim: adamw_torch_fused (torch's fused kernel, one pass per tensor: HF's default with "
+             "torch >= 2.8) or adamw_torch (torch's AdamW op for op, HF's default before; the same update within "
+             "round-off)");
+  add(o.seed)->capture_default_str();
+  add.choice(o.padding, {Padding::kDynamic, Padding::kFull, Padding::kPacked},
+             "dynamic (to the longest in the batch, multiple of 8), full, or packed (no padding: the batch's features end "
+             "to end, attention within each)");
+  add(o.group_by_length, "batches of similar length (HF's group_by_length): less padding");
+  add(o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
+  add(o.logging_steps)->capture_default_str();
+  add(o.save_steps, "checkpoint every N steps (0: only at the end)")->capture_default_str();
+  add(o.save_total_limit, "checkpoints kept")->capture_default_str();
+  add(o.eval_batch_size)->capture_default_str();
+  add(o.eval_steps, "also evaluate every N steps; the best F1 is kept in trainer_state.json")->capture_default_str();
+  add(o.postprocess.n_best_size)->capture_default_str();
+  add(o.postprocess.max_answer_length)->capture_default_str();
+  add(o.postprocess.null_score_diff_threshold)->capture_default_str();
+  add.choice(o.device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
+             "auto (each rank its node-local GPU when there is one), cpu or cuda");
+  add.choice(o.comm, {CommChoice::kAuto, CommChoice::kMpi, CommChoice::kNccl},
+             "with several ranks: auto (NCCL on GPUs, else MPI), mpi or nccl");
+  add.choice(o.mpi_collectives, {MpiAlgorithm::kRing, MpiAlgorithm::kOpenMpi},
+             "the MPI backend's algorithm: ring (mpibert's ring for buffers from 256 KiB, the bandwidth optimum) or "
+             "openmpi (Open MPI's tuned choice)");
+  add(o.model.autocast_bf16, "bf16 autocast, float32 master weights");
+  add(o.tf32, "TF32 for float32 matrix products on GPUs");
+  add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
+  add(o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
+  add(o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
+  add(o.profile_schedule.active, "steps it records")->capture_default_str();
+  add.choice(o.parallel.strategy, {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp},
+             "with several ranks: ddp (all-reduce), zero1 (optimizer state sharded), zero2 (and gradients), "
+             "fsdp (and parameters: ZeRO-3, FSDP FULL_SHARD)");
+  add(o.parallel.bucket_mb, "gradient bucket size in MiB (DDP's bucket_cap_mb)")->capture_default_str();
+  add.choice(o.parallel.embedding_exchange, {EmbeddingExchange::kSparse, EmbeddingExchange::kDense},
+             "ddp: sparse (only the word-embedding rows a step touched are all-reduced; dense when their union "
+             "passes 90% of the vocabulary) or dense (the whole embedding, as DDP)");
+  c->add_option("--collective-timeout", collective_timeout,
+                "seconds a rank waits in a collective before it reports what it waited for and ends the job (0: forever)")
+      ->capture_default_str();
+  c->add_option("--threads", threads, "LibTorch threads per rank (0: LibTorch's default)")->capture_default_str();
+  c->add_option("--log-level", log_level)->capture_default_str();
+  c->add_flag("--log-all-ranks", log_all_ranks, "log info lines from every rank, not only rank 0");
 }
 
 ModelCommands::~ModelCommands() = default;
@@ -191,7 +236,7 @@ int ModelCommands::Impl::run_eval() {
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
   model->to(select_device(device, local_rank()));
   EvalResult result =
-      evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess, parse_padding(padding, "--padding"));
+      evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess, eval_padding);
   if (world_rank() != 0) return 0;
   // run_qa's eval_results.json (HF's names, sorted keys), and the number of ranks that evaluated.
   nlohmann::json metrics = eval_metrics_as_hf(result, world_size());
@@ -245,9 +290,6 @@ void ModelCommands::Impl::check_command_line() {
 int ModelCommands::Impl::run_train() {
   // Every rank checks the same options; the lowest failing rank reports (the others leave quietly).
   agree_on(Ranks::of_world(), [&] { check_command_line(); });
-  options.padding = parse_padding(padding, "--padding");
-  options.parallel.strategy = parse_strategy(strategy);
-  options.parallel.embedding_exchange = parse_embedding_exchange(embedding_exchange);
   options.config_record = "[train]\n" + train->config_to_str(true, true);
   nlohmann::ordered_json results = mpibert::train(options);
   if (results["preempted"].get<bool>()) return kExitRequeue;

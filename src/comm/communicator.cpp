@@ -9,28 +9,22 @@
 
 namespace mpibert {
 
-MpiCollectives MpiCollectives::parse(const std::string& algorithm, const std::string& origin) {
-  if (algorithm != "ring" && algorithm != "openmpi")
-    throw InputError(describe(origin, "'" + algorithm + "'", "is not an MPI collective algorithm (ring, openmpi)"));
-  MpiCollectives collectives;
-  collectives.algorithm = algorithm;
-  return collectives;
-}
+const char* mpi_algorithm_name(MpiAlgorithm algorithm) { return algorithm == MpiAlgorithm::kOpenMpi ? "openmpi" : "ring"; }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& device_option, const std::string& comm_option,
+std::unique_ptr<Communicator> make_communicator(DeviceChoice device_choice, CommChoice comm,
                                                 const torch::Device& device, double timeout_seconds,
                                                 const MpiCollectives& mpi_collectives) {
   BackendChoice choice;
   try {
     const std::vector<RankPlacement> placements = gather_placements(device);
-    require_one_device_type(placements, device_option);
-    choice = choose_backend(comm_option, placements, nccl_available());
+    require_one_device_type(placements, device_choice);
+    choice = choose_backend(comm, placements, nccl_available());
   } catch (const InputError&) {
     // Every rank reached the same conclusion from the same list: rank 0 alone reports it.
     if (world_rank() != 0) throw PeerFailure("the ranks' devices do not fit together (rank 0 reports why)");
     throw;
   }
-  if (!choice.warning.empty() && world_rank() == 0) spdlog::warn("--comm {}: {}", comm_option, choice.warning);
+  if (!choice.warning.empty() && world_rank() == 0) spdlog::warn("--comm {}: {}", comm_choice_name(comm), choice.warning);
   if (choice.backend == "nccl") return make_nccl_communicator(device.index(), timeout_seconds);
   return make_mpi_communicator(timeout_seconds, mpi_collectives);
 }

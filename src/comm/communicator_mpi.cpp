@@ -106,7 +106,7 @@ class MpiCommunicator : public CommunicatorFront {
  public:
   MpiCommunicator(double timeout_seconds, const MpiCollectives& collectives)
       : CommunicatorFront("mpi", timeout_seconds, std::chrono::milliseconds(200)),
-        ring_min_bytes_(collectives.algorithm == "ring" ? collectives.ring_min_bytes : INT64_MAX) {
+        ring_min_bytes_(collectives.algorithm == MpiAlgorithm::kRing ? collectives.ring_min_bytes : INT64_MAX) {
     {
       const OpenMpiOwnAllocations not_ours;
       MPI_Comm_dup(MPI_COMM_WORLD, &comm_);

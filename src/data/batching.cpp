@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 
@@ -18,12 +17,6 @@ const char* padding_name(Padding padding) {
     case Padding::kPacked: return "packed";
   }
   return "?";
-}
-
-Padding parse_padding(const std::string& name, const std::string& origin) {
-  for (Padding padding : {Padding::kDynamic, Padding::kFull, Padding::kPacked})
-    if (name == padding_name(padding)) return padding;
-  throw InputError(describe(origin, "'" + name + "'", "is not a padding (dynamic, full, packed)"));
 }
 
 namespace {

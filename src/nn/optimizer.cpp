@@ -3,7 +3,6 @@
 #include <cmath>
 #include <map>
 
-#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 
@@ -19,11 +18,7 @@ AdamW::AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_paramet
                       uses_weight_decay(item.key()) ? options.weight_decay : 0.0});
 }
 
-bool parse_fused_adamw(const std::string& optim, const std::string& flag) {
-  if (optim == "adamw_torch") return false;
-  if (optim == "adamw_torch_fused") return true;
-  throw InputError(describe(flag, optim, "unknown optimizer (adamw_torch, adamw_torch_fused)"));
-}
+const char* optim_name(Optim optim) { return optim == Optim::kAdamWTorchFused ? "adamw_torch_fused" : "adamw_torch"; }
 
 // One call of torch's fused kernel per weight-decay value (it takes one), over the slots with a
 // gradient; the step count goes in as a tensor, as torch.optim.AdamW(fused=True) passes it.

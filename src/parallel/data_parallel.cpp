@@ -5,14 +5,6 @@
 
 namespace mpibert {
 
-Strategy parse_strategy(const std::string& name) {
-  if (name == "ddp") return Strategy::kDdp;
-  if (name == "zero1") return Strategy::kZero1;
-  if (name == "zero2") return Strategy::kZero2;
-  if (name == "fsdp") return Strategy::kFsdp;
-  throw InputError(describe("--strategy", name, std::string("unknown strategy (") + kStrategyNames + ")"));
-}
-
 const char* strategy_name(Strategy strategy) {
   switch (strategy) {
     case Strategy::kZero1: return "zero1";
@@ -21,12 +13,6 @@ const char* strategy_name(Strategy strategy) {
     case Strategy::kDdp: break;
   }
   return "ddp";
-}
-
-EmbeddingExchange parse_embedding_exchange(const std::string& name) {
-  if (name == "sparse") return EmbeddingExchange::kSparse;
-  if (name == "dense") return EmbeddingExchange::kDense;
-  throw InputError(describe("--embedding-exchange", name, "unknown exchange (sparse, dense)"));
 }
 
 const char* embedding_exchange_name(EmbeddingExchange exchange) {

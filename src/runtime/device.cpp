@@ -45,12 +45,21 @@ std::string parse_nvidia_driver_version(const std::string& line) {
   return "";
 }
 
-torch::Device select_device(const std::string& choice, int local_rank) {
-  if (choice == "cpu") return torch::Device(torch::kCPU);
-  if (choice != "auto" && choice != "cuda") throw InputError(describe("--device", choice, "unknown device (auto, cpu, cuda)"));
+const char* device_choice_name(DeviceChoice choice) {
+  switch (choice) {
+    case DeviceChoice::kCpu: return "cpu";
+    case DeviceChoice::kCuda: return "cuda";
+    case DeviceChoice::kAuto: break;
+  }
+  return "auto";
+}
+
+torch::Device select_device(DeviceChoice choice, int local_rank) {
+  if (choice == DeviceChoice::kCpu) return torch::Device(torch::kCPU);
   const auto gpus = static_cast<int>(torch::cuda::device_count());
   if (gpus == 0) {
-    if (choice == "cuda") throw InputError(describe("--device", choice, "no CUDA GPU is visible to this process"));
+    if (choice == DeviceChoice::kCuda)
+      throw InputError(describe("--device", device_choice_name(choice), "no CUDA GPU is visible to this process"));
     return torch::Device(torch::kCPU);
   }
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));

@@ -95,10 +95,10 @@ std::vector<RankPlacement> gather_placements(const torch::Device& device) {
   return placements;
 }
 
-void require_one_device_type(const std::vector<RankPlacement>& placements, const std::string& device_option) {
+void require_one_device_type(const std::vector<RankPlacement>& placements, DeviceChoice device_choice) {
   for (const RankPlacement& p : placements) {
     if (p.device_type == placements.front().device_type) continue;
-    throw InputError(describe("--device", device_option,
+    throw InputError(describe("--device", device_choice_name(device_choice),
                               "the ranks resolved different kinds of device: " + list_placements(placements) +
                                   ". Their collectives cannot meet. With --device auto a rank takes the CPU when it sees no "
                                   "GPU (no driver, CUDA_VISIBLE_DEVICES empty, or a driver too old for this CUDA): fix that "
@@ -106,13 +106,21 @@ void require_one_device_type(const std::vector<RankPlacement>& placements, const
   }
 }
 
-BackendChoice choose_backend(const std::string& comm_option, const std::vector<RankPlacement>& placements, bool nccl_built) {
-  if (comm_option != "auto" && comm_option != "mpi" && comm_option != "nccl")
-    throw InputError(describe("--comm", comm_option, "unknown communicator (auto, mpi, nccl)"));
-  if (comm_option == "mpi") return {"mpi", ""};
+const char* comm_choice_name(CommChoice choice) {
+  switch (choice) {
+    case CommChoice::kMpi: return "mpi";
+    case CommChoice::kNccl: return "nccl";
+    case CommChoice::kAuto: break;
+  }
+  return "auto";
+}
+
+BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& placements, bool nccl_built) {
+  if (comm == CommChoice::kMpi) return {"mpi", ""};
   const bool cuda = all_on_cuda(placements);
   const std::string shared = cuda ? shared_gpus(placements) : "";
-  if (comm_option == "nccl") {
+  if (comm == CommChoice::kNccl) {
+    const char* comm_option = comm_choice_name(comm);
     if (!cuda)
       throw InputError(describe("--comm", comm_option, "NCCL reduces CUDA tensors, but the ranks are on " +
                                                            list_placements(placements) + ": use --device cuda, or --comm mpi"));

@@ -20,21 +20,36 @@ std::string shown(double value) {
   return out.str();
 }
 
-void refuse(const char* option, double value, const std::string& range) {
+void refuse(const std::string& option, double value, const std::string& range) {
   throw InputError(describe(option, shown(value), "must be " + range));
 }
 
-void at_least(const char* option, double value, double low) {
-  if (!std::isfinite(value) || value < low) refuse(option, value, "at least " + shown(low));
-}
+// Range checks of TrainOptions' fields, each refusal naming the field as the command line spells
+// it (for_each_train_option).
+struct RangeChecks {
+  const TrainOptions& options;
 
-void positive(const char* option, double value) {
-  if (!std::isfinite(value) || value <= 0) refuse(option, value, "a finite number above 0");
-}
-
-void within(const char* option, double value, double low, double high) {
-  if (!std::isfinite(value) || value < low || value > high) refuse(option, value, "within [" + shown(low) + ", " + shown(high) + "]");
-}
+  template <class Field>
+  void at_least(const Field& field, double low) const {
+    const auto value = static_cast<double>(field);
+    if (!std::isfinite(value) || value < low) refuse(flag(field), value, "at least " + shown(low));
+  }
+  template <class Field>
+  void positive(const Field& field) const {
+    const auto value = static_cast<double>(field);
+    if (!std::isfinite(value) || value <= 0) refuse(flag(field), value, "a finite number above 0");
+  }
+  template <class Field>
+  void within(const Field& field, double low, double high) const {
+    const auto value = static_cast<double>(field);
+    if (!std::isfinite(value) || value < low || value > high)
+      refuse(flag(field), value, "within [" + shown(low) + ", " + shown(high) + "]");
+  }
+  template <class Field>
+  std::string flag(const Field& field) const {
+    return train_option_field(options, field).flag();
+  }
+};
 
 // What an earlier run left in the run directory, for messages ("" when nothing).
 std::string earlier_run_files(const std::string& output_dir) {
@@ -51,35 +66,38 @@ std::string earlier_run_files(const std::string& output_dir) {
 }  // namespace
 
 void check_train_options(const TrainOptions& o) {
-  at_least("--batch-size", static_cast<double>(o.batch_size), 1);
-  at_least("--gradient-accumulation", static_cast<double>(o.gradient_accumulation), 1);
-  at_least("--eval-batch-size", static_cast<double>(o.eval_batch_size), 1);
-  at_least("--max-steps", static_cast<double>(o.max_steps), 0);
-  if (o.max_steps == 0) positive("--epochs", o.epochs);
-  positive("--learning-rate", o.learning_rate);
-  within("--weight-decay", o.weight_decay, 0, 1);
-  at_least("--warmup-steps", static_cast<double>(o.warmup_steps), 0);
-  within("--warmup-ratio", o.warmup_ratio, 0, 1);
-  at_least("--max-grad-norm", o.max_grad_norm, 0);  // 0: no clipping, as HF's max_grad_norm
-  at_least("--logging-steps", static_cast<double>(o.logging_steps), 0);
-  at_least("--save-steps", static_cast<double>(o.save_steps), 0);
-  at_least("--save-total-limit", static_cast<double>(o.save_total_limit), 0);
-  at_least("--eval-steps", static_cast<double>(o.eval_steps), 0);
-  at_least("--stop-after-steps", static_cast<double>(o.stop_after_steps), 0);
-  at_least("--max-seq-length", o.expected_max_seq_length, 0);
-  at_least("--doc-stride", o.expected_doc_stride, 0);
-  at_least("--n-best-size", static_cast<double>(o.postprocess.n_best_size), 1);
-  at_least("--max-answer-length", static_cast<double>(o.postprocess.max_answer_length), 1);
+  const RangeChecks check{o};
+  check.at_least(o.batch_size, 1);
+  check.at_least(o.gradient_accumulation, 1);
+  check.at_least(o.eval_batch_size, 1);
+  check.at_least(o.max_steps, 0);
+  if (o.max_steps == 0) check.positive(o.epochs);
+  check.positive(o.learning_rate);
+  check.within(o.weight_decay, 0, 1);
+  check.at_least(o.warmup_steps, 0);
+  check.within(o.warmup_ratio, 0, 1);
+  check.at_least(o.max_grad_norm, 0);  // 0: no clipping, as HF's max_grad_norm
+  check.at_least(o.logging_steps, 0);
+  check.at_least(o.save_steps, 0);
+  check.at_least(o.save_total_limit, 0);
+  check.at_least(o.eval_steps, 0);
+  check.at_least(o.stop_after_steps, 0);
+  check.at_least(o.expected_max_seq_length, 0);
+  check.at_least(o.expected_doc_stride, 0);
+  check.at_least(o.postprocess.n_best_size, 1);
+  check.at_least(o.postprocess.max_answer_length, 1);
   if (!std::isfinite(o.postprocess.null_score_diff_threshold))
-    refuse("--null-score-diff-threshold", o.postprocess.null_score_diff_threshold, "a finite number");
-  positive("--bucket-mb", o.parallel.bucket_mb);
-  at_least("--profile-wait", static_cast<double>(o.profile_schedule.wait), 0);
-  at_least("--profile-warmup", static_cast<double>(o.profile_schedule.warmup), 0);
-  at_least("--profile-active", static_cast<double>(o.profile_schedule.active), 1);
+    refuse(check.flag(o.postprocess.null_score_diff_threshold), o.postprocess.null_score_diff_threshold, "a finite number");
+  check.positive(o.parallel.bucket_mb);
+  check.at_least(o.profile_schedule.wait, 0);
+  check.at_least(o.profile_schedule.warmup, 0);
+  check.at_least(o.profile_schedule.active, 1);
   if (o.eval_steps > 0 && o.eval_dir.empty())
-    throw InputError(describe("--eval-steps", std::to_string(o.eval_steps), "evaluates on --eval-shards, which is not given"));
-  if (o.train_dir.empty()) throw InputError("--train-shards: required (shards prepared by mpibert-prep --split train)");
-  if (o.output_dir.empty()) throw InputError("--output-dir: required");
+    throw InputError(describe(check.flag(o.eval_steps), std::to_string(o.eval_steps),
+                              "evaluates on " + check.flag(o.eval_dir) + ", which is not given"));
+  if (o.train_dir.empty())
+    throw InputError(check.flag(o.train_dir) + ": required (shards prepared by mpibert-prep --split train)");
+  if (o.output_dir.empty()) throw InputError(check.flag(o.output_dir) + ": required");
 }
 
 void check_output_dir_is_free(const TrainOptions& o) {

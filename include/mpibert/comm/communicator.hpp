@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 
+#include "mpibert/runtime/placement.hpp"
+
 namespace mpibert {
 
 // A point in the caller's work, such as the end of backward: how much of a transfer came after it
@@ -87,13 +89,15 @@ class Communicator {
 };
 
 // The algorithm of the MPI backend's all-reduce, reduce-scatter and all-gather (--mpi-collectives).
-// "ring": mpibert's ring over point-to-point messages for buffers of at least ring_min_bytes
+// kRing: mpibert's ring over point-to-point messages for buffers of at least ring_min_bytes
 // (every rank sends and receives (N-1)/N of the buffer per phase, the bandwidth optimum), Open
-// MPI's choice below it, where latency rules; "openmpi": Open MPI's tuned choice for every size.
+// MPI's choice below it, where latency rules; kOpenMpi: Open MPI's tuned choice for every size.
+enum class MpiAlgorithm { kRing, kOpenMpi };
+const char* mpi_algorithm_name(MpiAlgorithm algorithm);  // "ring", "openmpi"
+
 struct MpiCollectives {
-  std::string algorithm = "ring";
+  MpiAlgorithm algorithm = MpiAlgorithm::kRing;
   int64_t ring_min_bytes = 256 << 10;
-  static MpiCollectives parse(const std::string& algorithm, const std::string& origin);  // InputError if unknown
 };
 
 // MPI on MPI_COMM_WORLD (a duplicate of it): contiguous float32/float64/int64/int32/uint8
@@ -114,9 +118,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(int device_index, double ti
 // Collective: the ranks exchange where they compute (placement.hpp), refuse devices of different
 // kinds, and pick the backend --comm asks for: "nccl" (every rank on a GPU of its own, NCCL built),
 // "mpi", or "auto" (NCCL where "nccl" would be accepted, else MPI with a warning on GPUs). A refusal
-// is an InputError on rank 0 and a PeerFailure on the others. `device_option` (--device) is named
+// is an InputError on rank 0 and a PeerFailure on the others. `device_choice` (--device) is named
 // in the message.
-std::unique_ptr<Communicator> make_communicator(const std::string& device_option, const std::string& comm_option,
+std::unique_ptr<Communicator> make_communicator(DeviceChoice device_choice, CommChoice comm,
                                                 const torch::Device& device, double timeout_seconds,
                                                 const MpiCollectives& mpi_collectives = {});
 

@@ -17,9 +17,7 @@ namespace mpibert {
 
 enum class Padding { kDynamic, kFull, kPacked };
 
-// "dynamic", "full", "packed"; parse_padding throws InputError naming `origin` for anything else.
-const char* padding_name(Padding padding);
-Padding parse_padding(const std::string& name, const std::string& origin);
+const char* padding_name(Padding padding);  // "dynamic", "full", "packed"
 
 struct Batch {
   // Padded: [batch, padded_length] int64. Packed: input_ids and token_type_ids [tokens], the

@@ -23,8 +23,10 @@ struct AdamWOptions {
   bool fused = false;
 };
 
-// HF's --optim names: "adamw_torch" (fused off) | "adamw_torch_fused".
-bool parse_fused_adamw(const std::string& optim, const std::string& flag);
+// HF's --optim: kAdamWTorch (fused off) | kAdamWTorchFused (AdamWOptions::fused).
+enum class Optim { kAdamWTorch, kAdamWTorchFused };
+const char* optim_name(Optim optim);  // HF's names: "adamw_torch", "adamw_torch_fused"
+
 
 class AdamW {
  public:

@@ -54,12 +54,10 @@
 namespace mpibert {
 
 enum class Strategy { kDdp, kZero1, kZero2, kFsdp };
-Strategy parse_strategy(const std::string& name);  // "ddp" | "zero1" | "zero2" | "fsdp"
 const char* strategy_name(Strategy strategy);
 inline constexpr const char* kStrategyNames = "ddp, zero1, zero2, fsdp";
 
 enum class EmbeddingExchange { kDense, kSparse };
-EmbeddingExchange parse_embedding_exchange(const std::string& name);  // "dense" | "sparse"
 const char* embedding_exchange_name(EmbeddingExchange exchange);
 
 struct DataParallelOptions {

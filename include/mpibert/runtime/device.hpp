@@ -9,10 +9,13 @@
 
 namespace mpibert {
 
-// "cpu"; "cuda": GPU `local_rank` (host_collectives.hpp) modulo the GPUs this process sees (an
-// error without one); "auto": that GPU when there is one, else the CPU. Makes a CUDA device the
-// current one.
-torch::Device select_device(const std::string& choice, int local_rank);
+// --device: kCpu; kCuda: GPU `local_rank` (host_collectives.hpp) modulo the GPUs this process
+// sees (an error without one); kAuto: that GPU when there is one, else the CPU.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+const char* device_choice_name(DeviceChoice choice);  // "auto", "cpu", "cuda"
+
+// The device `choice` resolves to on this rank. Makes a CUDA device the current one.
+torch::Device select_device(DeviceChoice choice, int local_rank);
 
 // TF32 for float32 matrix products and convolutions on GPUs (HF's --tf32); off is exact fp32.
 void set_tf32(bool enabled);

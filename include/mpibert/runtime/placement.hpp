@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "mpibert/runtime/device.hpp"
+
 namespace mpibert {
 
 struct RankPlacement {
@@ -31,17 +33,21 @@ struct RankPlacement {
 std::vector<RankPlacement> gather_placements(const torch::Device& device);
 
 // Throws InputError when the ranks resolved different kinds of device, naming which rank is on
-// which; `device_option` (--device) says why that can happen.
-void require_one_device_type(const std::vector<RankPlacement>& placements, const std::string& device_option);
+// which; `device_choice` (--device) says why that can happen.
+void require_one_device_type(const std::vector<RankPlacement>& placements, DeviceChoice device_choice);
+
+enum class CommChoice { kAuto, kMpi, kNccl };
+const char* comm_choice_name(CommChoice choice);  // "auto", "mpi", "nccl"
+
 
 struct BackendChoice {
   std::string backend;  // "mpi" or "nccl"
   std::string warning;  // why auto did not take NCCL on CUDA devices; empty otherwise
 };
 
-// --comm: "mpi"; "nccl" (every rank on a GPU of its own, and this build's NCCL: an InputError
-// naming what is missing or which ranks share a GPU otherwise); "auto": NCCL where "nccl" would be
+// --comm: kMpi; kNccl (every rank on a GPU of its own, and this build's NCCL: an InputError
+// naming what is missing or which ranks share a GPU otherwise); kAuto: NCCL where kNccl would be
 // accepted, MPI otherwise, with a warning when the ranks are on GPUs.
-BackendChoice choose_backend(const std::string& comm_option, const std::vector<RankPlacement>& placements, bool nccl_built);
+BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& placements, bool nccl_built);
 
 }  // namespace mpibert

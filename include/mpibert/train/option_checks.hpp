@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "mpibert/train/trainer.hpp"
+#include "mpibert/train/train_options.hpp"
 
 namespace mpibert {
 

@@ -1,0 +1,191 @@
+// The trainer's setup: the model, the data and their checks on each rank, the ranks' agreement
+// that they run the same thing, the schedule, and the data-parallel layer.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/runtime/device.hpp"
+#include "mpibert/train/option_checks.hpp"
+#include "mpibert/train/trainer.hpp"
+#include "trainer_impl.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpibert {
+namespace {
+
+// What every rank must agree on before training together: the options, the model's shape and
+// the data. Each rank sends its description; a rank that differs from rank 0 is named, with the
+// entries that differ.
+nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& config) {
+  auto digest = [](const std::string& path) { return path.empty() ? std::string() : sha256_file(path); };
+  nlohmann::ordered_json description;
+  for_each_train_option(o, [&](const TrainOptionField& field, const auto& value) {
+    if (field.records & kDescribed) description[field.name] = option_json(value);
+  });
+  // The files by their content: one path may name other files on other nodes.
+  description["train_manifest_sha256"] = digest(o.train_dir + "/" + kManifestName);
+  description["eval_manifest_sha256"] = o.eval_dir.empty() ? "" : digest(o.eval_dir + "/" + kManifestName);
+  description["model_config"] = config.to_json();
+  description["vocab_sha256"] = digest(o.vocab);
+  return description;
+}
+
+void require_same_run_on_every_rank(const Ranks& ranks, const nlohmann::ordered_json& description) {
+  if (ranks.size == 1) return;
+  const std::vector<std::string> all = all_gather_strings(description.dump());
+  std::ostringstream problems;
+  const auto reference = nlohmann::json::parse(all[0]).flatten();
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const auto other = nlohmann::json::parse(all[r]).flatten();
+    problems << "\n  rank " << r << " differs from rank 0:";
+    for (const auto& [key, value] : reference.items())
+      if (!other.contains(key) || other[key] != value)
+        problems << " " << key << " = " << (other.contains(key) ? other[key].dump() : "(none)") << " (rank 0: " << value.dump() << ");";
+  }
+  if (problems.tellp() == 0) return;
+  if (ranks.root()) throw InputError("the ranks were started with different runs; every rank must get the same options and files:" + problems.str());
+  throw PeerFailure("this rank's run differs from rank 0's");
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainOptions& options) : options_(options) {
+  set_up_model_and_data();
+  set_up_schedule();
+  // Setup succeeded on every rank: now the run directory is written.
+  if (ranks_.root()) {
+    if (options_.overwrite_output_dir) remove_earlier_run(options_.output_dir);
+    fs::create_directories(options_.output_dir);
+    if (!options_.config_record.empty()) write_file_atomic(options_.output_dir + "/train_config.toml", options_.config_record);
+  }
+  set_up_parallel();
+  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size);
+}
+
+// Setup each rank does alone (any rank's failure stops all of them with one message), then the
+// check that every rank runs the same thing.
+void Trainer::check_shard_geometry(const std::string& dir, const FeatureParams& prepared) const {
+  auto refuse = [&](const char* what, const char* prep_option, int32_t have, int32_t want) {
+    throw InputError(describe(dir + "/" + kManifestName, "", std::string("prepared with ") + what + " " + std::to_string(have) +
+                                                                 ", but this run asks for " + std::to_string(want) +
+                                                                 ": prepare the shards again with mpibert-prep " + prep_option + " " +
+                                                                 std::to_string(want)));
+  };
+  if (options_.expected_max_seq_length && prepared.max_seq_length != options_.expected_max_seq_length)
+    refuse("max_seq_length", "--max-seq-length", prepared.max_seq_length, options_.expected_max_seq_length);
+  if (options_.expected_doc_stride && prepared.doc_stride != options_.expected_doc_stride)
+    refuse("doc_stride", "--doc-stride", prepared.doc_stride, options_.expected_doc_stride);
+}
+
+// Evaluation shards must be the training shards' kind: the same vocabulary (token ids mean the
+// same words) and sequence length (the model was trained on windows of it).
+void Trainer::check_eval_shards(const Manifest& eval) const {
+  check_shard_geometry(options_.eval_dir, eval.params);
+  const Manifest& train = store_->manifest();
+  const std::string where = options_.eval_dir + "/" + kManifestName;
+  if (!eval.vocab_sha256.empty() && !train.vocab_sha256.empty() && eval.vocab_sha256 != train.vocab_sha256)
+    throw InputError(describe(where, "", "prepared with another vocabulary (" + eval.vocab_path + ") than the training shards (" +
+                                             train.vocab_path + "): prepare them again with --vocab " + options_.vocab));
+  if (eval.params.max_seq_length != train.params.max_seq_length)
+    throw InputError(describe(where, "", "prepared with max_seq_length " + std::to_string(eval.params.max_seq_length) +
+                                             ", the training shards with " + std::to_string(train.params.max_seq_length) +
+                                             ": prepare them again with mpibert-prep --max-seq-length " +
+                                             std::to_string(train.params.max_seq_length)));
+}
+
+void Trainer::set_up_model_and_data() {
+  set_tf32(options_.tf32);
+  torch::manual_seed(options_.seed);
+  resume_from_ = checkpoint_to_resume(checkpoint_context(), options_.resume);
+  agree_on(ranks_, [&] {
+    check_train_options(options_);
+    check_output_dir_is_free(options_);
+    device_ = select_device(options_.device, local_rank());
+    model_holder_ = options_.model_dir.empty() ? BertForQuestionAnswering(BertConfig::load(options_.model_config), options_.model)
+                                               : load_pretrained(options_.model_dir, options_.vocab, options_.model);
+    store_ = FeatureStore::open(options_.train_dir);
+    check_shard_geometry(options_.train_dir, store_->manifest().params);
+    if (!options_.eval_dir.empty()) check_eval_shards(read_manifest(options_.eval_dir));
+    if (store_->manifest().vocab_size && store_->manifest().vocab_size != model()->config().vocab_size)
+      throw InputError(describe(options_.train_dir, "", "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
+                                                            " tokens, but the model has vocab_size " +
+                                                            std::to_string(model()->config().vocab_size)));
+    const std::string& shards_vocab = store_->manifest().vocab_sha256;
+    if (!shards_vocab.empty() && sha256_file(options_.vocab) != shards_vocab)
+      throw InputError(describe(options_.vocab, "", "is not the vocabulary " + options_.train_dir + " was prepared with (" +
+                                                        store_->manifest().vocab_path + "): token ids would mean other words"));
+    if (!resume_from_.empty()) state_ = load_training_checkpoint_model(resume_from_, checkpoint_context(), model());
+  });
+  model()->to(device_);
+  model()->train();
+  require_same_run_on_every_rank(ranks_, run_description(options_, model()->config()));
+}
+
+void Trainer::set_up_schedule() {
+  sampler_.emplace(store_->num_features(), ranks_.rank, ranks_.size, DistributedSampler::Mode::kTrain, options_.seed);
+  if (options_.group_by_length) sampler_->group_by_length(feature_lengths(*store_), options_.batch_size);
+  const int64_t micro_batches_per_epoch = (sampler_->size() + options_.batch_size - 1) / options_.batch_size;
+  agree_on(ranks_, [&] {
+    if (micro_batches_per_epoch < options_.gradient_accumulation)
+      throw InputError(describe("--gradient-accumulation", std::to_string(options_.gradient_accumulation),
+                                "an optimizer step needs that many micro-batches, but an epoch gives rank " +
+                                    std::to_string(ranks_.rank) + " only " + std::to_string(micro_batches_per_epoch) + " (" +
+                                    std::to_string(sampler_->size()) + " of the " + std::to_string(store_->num_features()) +
+                                    " features in batches of " + std::to_string(options_.batch_size) +
+                                    "): lower --gradient-accumulation or --batch-size, or use fewer ranks"));
+  });
+  steps_per_epoch_ = std::max<int64_t>(1, micro_batches_per_epoch / options_.gradient_accumulation);
+  total_steps_ = options_.max_steps > 0 ? options_.max_steps
+                                        : static_cast<int64_t>(std::ceil(options_.epochs * static_cast<double>(steps_per_epoch_)));
+  warmup_ = options_.warmup_steps > 0 ? options_.warmup_steps : LinearSchedule::warmup_steps_for_ratio(options_.warmup_ratio, total_steps_);
+  schedule_.emplace(options_.learning_rate, warmup_, total_steps_);
+}
+
+void Trainer::set_up_parallel() {
+  AdamWOptions adam;
+  adam.weight_decay = options_.weight_decay;
+  adam.fused = options_.optim == Optim::kAdamWTorchFused;
+  if (ranks_.size > 1)
+    communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout(),
+                                      MpiCollectives{options_.mpi_collectives});
+  parallel_ = make_data_parallel(model_description(model()), communicator_, adam, options_.parallel);
+  if (!resume_from_.empty()) {
+    agree_on(ranks_, [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), state_.world_size, *parallel_, device_); });
+    spdlog::info("resumed from {} at step {} (epoch {}, micro-batch {})", resume_from_, state_.global_step, state_.epoch,
+                 state_.micro_batches_done);
+  }
+  parallel_->broadcast_parameters();
+  flops_per_token_ = 6.0 * static_cast<double>(count_non_embedding_parameters(*model()));
+  training_flops_ = bert_qa_training_flops(model()->config());
+  measure_matmul_rate();
+  state_.world_size = ranks_.size;
+  state_.per_rank_batch_size = options_.batch_size;
+  state_.strategy = checkpoint_context().strategy;
+  resumed_from_step_ = state_.global_step;
+  spdlog::info("training on {}: {} features, {} steps ({} per epoch, global batch {} = {} x {} accumulation x {} ranks), warmup {}, "
+               "{} parameters",
+               device_.str(), store_->num_features(), total_steps_, steps_per_epoch_,
+               options_.batch_size * options_.gradient_accumulation * ranks_.size, options_.batch_size,
+               options_.gradient_accumulation, ranks_.size, warmup_, count_parameters(*model()));
+}
+
+CheckpointContext Trainer::checkpoint_context() const {
+  return {options_.output_dir, options_.vocab, ranks_.rank, ranks_.size,
+          ranks_.size > 1 ? strategy_name(options_.parallel.strategy) : "ddp", options_.save_total_limit, options_.batch_size};
+}
+
+std::vector<int32_t> feature_lengths(const FeatureStore& store) {
+  std::vector<int32_t> lengths(static_cast<size_t>(store.num_features()));
+  for (int64_t i = 0; i < store.num_features(); ++i) lengths[static_cast<size_t>(i)] = store.feature(i).length;
+  return lengths;
+}
+
+}  // namespace mpibert
