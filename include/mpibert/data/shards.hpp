@@ -70,6 +70,10 @@ struct Manifest {
 inline constexpr const char* kManifestName = "manifest.json";
 std::string manifest_to_json(const Manifest& manifest);
 Manifest read_manifest(const std::string& dir);  // throws InputError naming the file
+// Throws InputError naming `path` where the shard's header disagrees with the manifest or with
+// the manifest's entry for it.
+void check_matches_manifest(const std::string& path, const ShardHeader& header, const Manifest& manifest,
+                            const ShardEntry& entry);
 
 // One feature, viewed in place.
 struct FeatureView {
