@@ -136,14 +136,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--iters", iters)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dtype", dtype)->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int64", "int32", "uint8"}))->capture_default_str();
-  app.add_option("--mpi-collectives", collectives.algorithm, "ring or openmpi (the MPI backend's algorithm)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, mpibert::MpiAlgorithm>{
-          {"ring", mpibert::MpiAlgorithm::kRing}, {"openmpi", mpibert::MpiAlgorithm::kOpenMpi}}))
-      ->default_str("ring");
+  std::string algorithm = "ring";
+  app.add_option("--mpi-collectives", algorithm, "ring or openmpi (the MPI backend's algorithm)")
+      ->check(CLI::IsMember({"ring", "openmpi"}))
+      ->capture_default_str();
   app.add_option("--ring-min-bytes", collectives.ring_min_bytes, "the ring from this size on")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  collectives.algorithm = algorithm == "openmpi" ? mpibert::MpiAlgorithm::kOpenMpi : mpibert::MpiAlgorithm::kRing;
 
   const std::map<std::string, torch::ScalarType> dtypes = {
       {"float", torch::kFloat}, {"double", torch::kDouble}, {"half", torch::kHalf}, {"bfloat16", torch::kBFloat16},
@@ -174,7 +175,7 @@ int main(int argc, char** argv) {
   const bool print = session.rank() == 0;
   if (print) {
     std::printf("# mpibert bench_allreduce: backend %s (%s from %lld B), %d ranks, dtype %s, sizes %s..%s x%g, warmup %d, iters %d\n",
-                backend.c_str(), mpibert::mpi_algorithm_name(collectives.algorithm), static_cast<long long>(collectives.ring_min_bytes), comm->size(), dtype.c_str(), format_size(min_bytes).c_str(), format_size(max_bytes).c_str(),
+                backend.c_str(), algorithm.c_str(), static_cast<long long>(collectives.ring_min_bytes), comm->size(), dtype.c_str(), format_size(min_bytes).c_str(), format_size(max_bytes).c_str(),
                 factor, warmup, iters);
     for (size_t r = 0; r < ranks.size(); ++r) std::printf("#  Rank %2zu on %s\n", r, ranks[r].c_str());
   }
