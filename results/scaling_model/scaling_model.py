@@ -15,7 +15,7 @@ communication and step time, and writes check.md and check.png.
 on A100/H100 nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json: step
 time per strategy and the largest batch per GPU that fits in memory.
 
-The step (as mpibert's src/dist/data_parallel.cpp, fsdp_units.cpp and src/train/trainer.cpp do it):
+The step (as mpibert's src/parallel/ (grouped_parallel.cpp, ddp.cpp, fsdp.cpp) and src/train/trainer.cpp do it):
   ddp, zero1, zero2:
     step = data + forward + backward + exposed gradient communication + optimizer
            (+ zero1/zero2: the norm all-reduce and the parameter all-gather after the optimizer,
@@ -190,7 +190,7 @@ def backward_costs(params, config, seq_len):
 
 
 # ----------------------------------------------------------------------------------------
-# Buckets (mpibert's DataParallel::Impl::build_buckets)
+# Buckets (mpibert's group_into_buckets, src/parallel/grouped_parallel.cpp)
 
 @dataclass
 class Bucket:
@@ -238,7 +238,7 @@ def bucket_ready_times(buckets, ready):
 
 
 # ----------------------------------------------------------------------------------------
-# fsdp's units (DataParallel::Impl::build_units, BertForQuestionAnsweringImpl::unit_prefixes)
+# fsdp's units (group_into_units, BertForQuestionAnsweringImpl::unit_prefixes)
 
 def unit_index(param, num_layers):
     """0: the embeddings; 1 + l: encoder layer l; num_layers + 1: the QA head."""
@@ -465,7 +465,7 @@ class CommStream:
 
 
 def fsdp_forward(start, stream, gather, compute):
-    """Unit u's gather and the next unit's issued before u runs (fsdp_units.cpp before_unit);
+    """Unit u's gather and the next unit's issued before u runs (fsdp.cpp, FsdpUnitHooks::before_unit);
     u waits for its own. Returns the end of forward."""
     done, t = {}, start
     for u in range(len(compute)):

@@ -2,7 +2,7 @@
 // forward, backward (gradient buckets reduced across ranks as they fill), clipping, AdamW with the
 // linear schedule; progress lines, TensorBoard scalars and metrics.jsonl (run_log.hpp),
 // checkpoints that resume exactly (training_checkpoint.hpp), and evaluation split across ranks
-// with HF post-processing and the official metrics on rank 0 (evaluation.hpp). On the CPU or on
+// with HF post-processing and the official metrics on rank 0 (evaluate.hpp). On the CPU or on
 // each rank's GPU (--device), without waiting for the GPU inside a step except at logging steps.
 //
 // Under mpirun/srun every rank calls train() with the same options (checked at start): each
