@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <map>
 
-#include "mpibert/core/process.hpp"
 #include "mpibert/comm/communicator.hpp"
+#include "mpibert/core/process.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 
 namespace {
@@ -132,10 +132,14 @@ int main(int argc, char** argv) {
   app.add_option("--op", op)->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "all"}))->capture_default_str();
   app.add_option("--min-bytes", min_bytes)->transform(CLI::AsSizeValue(false))->capture_default_str();
   app.add_option("--max-bytes", max_bytes)->transform(CLI::AsSizeValue(false))->capture_default_str();
-  app.add_option("--factor", factor, "size multiplier from one row to the next")->check(CLI::Range(1.01, 1e6))->capture_default_str();
+  app.add_option("--factor", factor, "size multiplier from one row to the next")
+      ->check(CLI::Range(1.01, 1e6))
+      ->capture_default_str();
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--iters", iters)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int64", "int32", "uint8"}))->capture_default_str();
+  app.add_option("--dtype", dtype)
+      ->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int64", "int32", "uint8"}))
+      ->capture_default_str();
   std::string algorithm = "ring";
   app.add_option("--mpi-collectives", algorithm, "ring or openmpi (the MPI backend's algorithm)")
       ->check(CLI::IsMember({"ring", "openmpi"}))
@@ -174,14 +178,15 @@ int main(int argc, char** argv) {
       mpibert::all_gather_strings(mpibert::host_name() + " pid " + std::to_string(getpid()) + " device " + device.str());
   const bool print = session.rank() == 0;
   if (print) {
-    std::printf("# mpibert bench_allreduce: backend %s (%s from %lld B), %d ranks, dtype %s, sizes %s..%s x%g, warmup %d, iters %d\n",
-                backend.c_str(), algorithm.c_str(), static_cast<long long>(collectives.ring_min_bytes), comm->size(), dtype.c_str(), format_size(min_bytes).c_str(), format_size(max_bytes).c_str(),
-                factor, warmup, iters);
+    std::printf(
+        "# mpibert bench_allreduce: backend %s (%s from %lld B), %d ranks, dtype %s, sizes %s..%s x%g, warmup %d, iters %d\n",
+        backend.c_str(), algorithm.c_str(), static_cast<long long>(collectives.ring_min_bytes), comm->size(), dtype.c_str(),
+        format_size(min_bytes).c_str(), format_size(max_bytes).c_str(), factor, warmup, iters);
     for (size_t r = 0; r < ranks.size(); ++r) std::printf("#  Rank %2zu on %s\n", r, ranks[r].c_str());
   }
 
-  const std::vector<std::string> ops =
-      op == "all" ? std::vector<std::string>{"all_reduce", "reduce_scatter", "all_gather"} : std::vector<std::string>{op};
+  const std::vector<std::string> ops = op == "all" ? std::vector<std::string>{"all_reduce", "reduce_scatter", "all_gather"}
+                                                   : std::vector<std::string>{op};
   int64_t total_wrong = 0;
   for (const std::string& name : ops) {
     Benchmark benchmark(*comm, name, options);

@@ -25,7 +25,8 @@ struct RowCounts {
 };
 
 // Up to `batches` consecutive batches of `global_batch` features from the epoch's order.
-RowCounts count_rows(const mpibert::FeatureStore& store, const std::vector<int64_t>& order, int64_t global_batch, int64_t batches) {
+RowCounts count_rows(const mpibert::FeatureStore& store, const std::vector<int64_t>& order, int64_t global_batch,
+                     int64_t batches) {
   RowCounts counts;
   counts.global_batch = global_batch;
   counts.rows_min = store.manifest().vocab_size;
@@ -78,8 +79,12 @@ int main(int argc, char** argv) {
     for (int64_t size : sizes) {
       if (size < 1 || size > store.num_features()) continue;
       const RowCounts c = count_rows(store, order, size, batches);
-      out["sizes"].push_back({{"global_batch", c.global_batch}, {"batches", c.batches}, {"tokens_mean", c.tokens_mean},
-                              {"rows_mean", c.rows_mean}, {"rows_min", c.rows_min}, {"rows_max", c.rows_max},
+      out["sizes"].push_back({{"global_batch", c.global_batch},
+                              {"batches", c.batches},
+                              {"tokens_mean", c.tokens_mean},
+                              {"rows_mean", c.rows_mean},
+                              {"rows_min", c.rows_min},
+                              {"rows_max", c.rows_max},
                               {"vocab_fraction_mean", c.rows_mean / static_cast<double>(store.manifest().vocab_size)}});
     }
     std::cout << out.dump(2) << "\n";

@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto start = std::chrono::steady_clock::now();
     if (mpibert::run_prep(options, mpi.rank(), mpi.size()) != 0) mpibert::abort_job(1);
-    const double seconds = mpibert::max_over_ranks(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double seconds =
+        mpibert::max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     best = std::min(best, seconds);
   }
   if (mpi.rank() == 0) {
@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
     const double megabytes = static_cast<double>(mpibert::read_file(options.input).size()) / 1e6;
     std::printf("%-28s ranks %d  features %7lld  examples %6lld  best of %d: %6.3f s  %9.0f features/s  %6.2f MB/s\n",
                 std::filesystem::path(options.input).filename().c_str(), mpi.size(),
-                static_cast<long long>(manifest.num_features), static_cast<long long>(manifest.num_examples), repeats,
-                best, static_cast<double>(manifest.num_features) / best, megabytes / best);
+                static_cast<long long>(manifest.num_features), static_cast<long long>(manifest.num_examples), repeats, best,
+                static_cast<double>(manifest.num_features) / best, megabytes / best);
     std::filesystem::remove_all(dir);
   }
   return 0;

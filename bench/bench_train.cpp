@@ -13,10 +13,10 @@
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/sampler.hpp"
-#include "mpibert/runtime/device.hpp"
-#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/nn/optimizer.hpp"
+#include "mpibert/runtime/device.hpp"
+#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/train/trainer.hpp"
 
 namespace {
@@ -63,8 +63,7 @@ int main(int argc, char** argv) {
   torch::set_num_threads(threads);
   const mpibert::FeatureStore store = mpibert::FeatureStore::open(shards);
   const mpibert::TrainingFlops flops = mpibert::bert_qa_training_flops(config);
-  const double matmul_rate =
-      mpibert::measure_matmul_flops_per_second(torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
+  const double matmul_rate = mpibert::measure_matmul_flops_per_second(torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
   const char* precision = bf16 ? "bf16" : "fp32";
 
   double full_rate = 0;
@@ -106,18 +105,19 @@ int main(int argc, char** argv) {
     const double tokens_per_sample = static_cast<double>(padded_tokens) / static_cast<double>(samples);
     const double model_rate = model_flops / seconds, mfu = model_rate / matmul_rate;
     if (json) {
-      std::printf("{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"real_tokens_per_sample\": %.1f, "
-                  "\"model_flops_per_sample\": %.6g, \"model_flops_per_second\": %.6g, \"matmul_flops_per_second\": %.6g, "
-                  "\"mfu\": %.4f, \"precision\": \"%s\", \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
-                  "\"variant\": \"%s\", \"optim\": \"%s\"}\n",
-                  rate, tokens_per_sample, static_cast<double>(real_tokens) / static_cast<double>(samples),
-                  model_flops / static_cast<double>(samples), model_rate, matmul_rate, mfu, precision,
-                  static_cast<long long>(steps), static_cast<long long>(batch), threads, variant.key, optim.c_str());
+      std::printf(
+          "{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"real_tokens_per_sample\": %.1f, "
+          "\"model_flops_per_sample\": %.6g, \"model_flops_per_second\": %.6g, \"matmul_flops_per_second\": %.6g, "
+          "\"mfu\": %.4f, \"precision\": \"%s\", \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
+          "\"variant\": \"%s\", \"optim\": \"%s\"}\n",
+          rate, tokens_per_sample, static_cast<double>(real_tokens) / static_cast<double>(samples),
+          model_flops / static_cast<double>(samples), model_rate, matmul_rate, mfu, precision, static_cast<long long>(steps),
+          static_cast<long long>(batch), threads, variant.key, optim.c_str());
       continue;
     }
     if (variant.padding == mpibert::Padding::kFull) full_rate = rate;
-    std::printf("%-5s %s batch %3lld threads %d %-26s %7.2f samples/s  %5.0f tokens/sample  MFU %.2f", preset.c_str(),
-                precision, static_cast<long long>(batch), threads, variant.name, rate, tokens_per_sample, mfu);
+    std::printf("%-5s %s batch %3lld threads %d %-26s %7.2f samples/s  %5.0f tokens/sample  MFU %.2f", preset.c_str(), precision,
+                static_cast<long long>(batch), threads, variant.name, rate, tokens_per_sample, mfu);
     if (full_rate > 0) std::printf("  %.2fx full padding", rate / full_rate);  // not when --variant skipped it
     std::printf("\n");
   }

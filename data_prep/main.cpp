@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   std::string split_input, split_output, article_range;
   auto* split = app.add_subcommand("split", "write some articles of a SQuAD file as a new one (split a dev set by article)");
   split->add_option("input", split_input, "SQuAD JSON, plain or .gz")->required();
-  split->add_option("--articles", article_range, "BEGIN:END, end exclusive; negative counts from the end (e.g. 0:-8)")->required();
+  split->add_option("--articles", article_range, "BEGIN:END, end exclusive; negative counts from the end (e.g. 0:-8)")
+      ->required();
   split->add_option("--out", split_output, "output JSON file")->required();
   CLI11_PARSE(app, argc, argv);
 

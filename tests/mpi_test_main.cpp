@@ -19,9 +19,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
   // (UnitTest::current_test_info() would deadlock here: gtest holds its mutex while reporting.)
-  void OnTestStart(const ::testing::TestInfo& test) override {
-    test_ = std::string(test.test_suite_name()) + "." + test.name();
-  }
+  void OnTestStart(const ::testing::TestInfo& test) override { test_ = std::string(test.test_suite_name()) + "." + test.name(); }
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
     std::fprintf(stderr, "[rank %d] %s: %s:%d: Failure\n%s\n", rank_, test_.c_str(),

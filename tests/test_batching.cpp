@@ -35,9 +35,11 @@ class BatchLoading : public ::testing::Test {
     EXPECT_EQ(a.feature_indices, b.feature_indices);
     EXPECT_EQ(a.padded_length, b.padded_length);
     EXPECT_EQ(a.feature_offsets, b.feature_offsets);
-    for (const auto& [x, y] : std::vector<std::pair<torch::Tensor, torch::Tensor>>{
-             {a.input_ids, b.input_ids}, {a.attention_mask, b.attention_mask}, {a.token_type_ids, b.token_type_ids},
-             {a.position_ids, b.position_ids}, {a.start_positions, b.start_positions}}) {
+    for (const auto& [x, y] : std::vector<std::pair<torch::Tensor, torch::Tensor>>{{a.input_ids, b.input_ids},
+                                                                                   {a.attention_mask, b.attention_mask},
+                                                                                   {a.token_type_ids, b.token_type_ids},
+                                                                                   {a.position_ids, b.position_ids},
+                                                                                   {a.start_positions, b.start_positions}}) {
       ASSERT_EQ(x.defined(), y.defined());
       if (x.defined()) EXPECT_TRUE(torch::equal(x, y));
     }
@@ -58,7 +60,8 @@ TEST_F(BatchLoading, DeliversEveryMicroBatchOfTheOrderFromAnyStart) {
       for (int64_t b = first; b < count; ++b) {
         ASSERT_FALSE(loader.exhausted());
         const auto begin = order.begin() + b * batch_size;
-        const std::vector<int64_t> indices(begin, begin + std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - b * batch_size));
+        const std::vector<int64_t> indices(begin, begin + std::min<int64_t>(batch_size,
+                                                                            static_cast<int64_t>(order.size()) - b * batch_size));
         expect_same_batch(loader.next(), make_batch(*store_, indices, padding));
       }
       EXPECT_TRUE(loader.exhausted());
@@ -103,7 +106,8 @@ TEST_F(BatchLoading, PackedBatchesHoldTheRealTokensEndToEnd) {
     const auto r = static_cast<int64_t>(row);
     EXPECT_EQ(packed.feature_offsets[row + 1] - begin, length);
     EXPECT_TRUE(torch::equal(packed.input_ids.slice(0, begin, begin + length), padded.input_ids[r].slice(0, 0, length)));
-    EXPECT_TRUE(torch::equal(packed.token_type_ids.slice(0, begin, begin + length), padded.token_type_ids[r].slice(0, 0, length)));
+    EXPECT_TRUE(torch::equal(packed.token_type_ids.slice(0, begin, begin + length),
+                             padded.token_type_ids[r].slice(0, 0, length)));
     EXPECT_TRUE(torch::equal(packed.position_ids.slice(0, begin, begin + length), torch::arange(length)));
     longest = std::max(longest, length);
   }

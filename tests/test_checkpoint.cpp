@@ -77,7 +77,8 @@ TEST(Checkpoint, LoadsAPretrainingCheckpointAndInitializesTheQaHead) {
     std::string name = item.key();
     if (name.rfind("qa_outputs.", 0) == 0) continue;
     if (name.rfind("bert.encoder.", 0) == 0) name = name.substr(5);  // bare BertModel keys
-    if (name.size() > 16 && name.compare(name.size() - 16, 16, "LayerNorm.weight") == 0) name.replace(name.size() - 6, 6, "gamma");
+    if (name.size() > 16 && name.compare(name.size() - 16, 16, "LayerNorm.weight") == 0)
+      name.replace(name.size() - 6, 6, "gamma");
     if (name.size() > 14 && name.compare(name.size() - 14, 14, "LayerNorm.bias") == 0) name.replace(name.size() - 4, 4, "beta");
     tensors.push_back({name, item.value().detach().to(torch::kHalf)});  // F16 on disk
   }
@@ -121,8 +122,9 @@ void write_sentence_transformers_model(const std::string& root, const std::strin
   test::write_text(dir + "/tokenizer_config.json", R"({"do_lower_case": true, "tokenizer_class": "BertTokenizer"})");
   test::write_text(root + "/1_Pooling/config.json", R"({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true})");
   test::write_text(root + "/modules.json",
-                   R"([{"idx": 0, "name": "0", "path": ")" + module_path + R"(", "type": "sentence_transformers.models.Transformer"},)"
-                   R"( {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
+                   R"([{"idx": 0, "name": "0", "path": ")" + module_path +
+                       R"(", "type": "sentence_transformers.models.Transformer"},)"
+                       R"( {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
 }
 
 TEST(Checkpoint, LoadsASentenceTransformersModelAsInstalled) {
@@ -149,9 +151,9 @@ TEST(Checkpoint, RefusesATokenizerItDoesNotReproduce) {
   test::TempDir dir;
   BertForQuestionAnswering source(tiny_config());
   write_sentence_transformers_model(dir.file("st"), "0_Transformer", source);
-  std::string message = test::error_of([&] { load_pretrained(dir.file("st"), test::write_other_vocab(dir.file("other-vocab.txt"))); });
-  EXPECT_NE(message.find("differs from the model's own " + dir.file("st/0_Transformer/vocab.txt")), std::string::npos)
-      << message;
+  std::string message =
+      test::error_of([&] { load_pretrained(dir.file("st"), test::write_other_vocab(dir.file("other-vocab.txt"))); });
+  EXPECT_NE(message.find("differs from the model's own " + dir.file("st/0_Transformer/vocab.txt")), std::string::npos) << message;
   test::write_text(dir.file("st/0_Transformer/tokenizer_config.json"), R"({"do_lower_case": false})");
   message = test::error_of([&] { load_pretrained(dir.file("st"), test::vocab_path()); });
   EXPECT_NE(message.find("a cased model"), std::string::npos) << message;
@@ -189,7 +191,9 @@ TEST(Checkpoint, DirectoryErrors) {
             std::string::npos);
   std::filesystem::create_directories(dir.file("torch"));
   test::write_text(dir.file("torch/pytorch_model.bin"), "not really");
-  EXPECT_NE(test::error_of([&] { load_pretrained(dir.file("torch")); }).find("scripts/convert_pytorch_bin.py " + dir.file("torch")),
+  EXPECT_NE(test::error_of([&] {
+              load_pretrained(dir.file("torch"));
+            }).find("scripts/convert_pytorch_bin.py " + dir.file("torch")),
             std::string::npos);
   EXPECT_NE(test::error_of([&] { load_pretrained(dir.file("nothing")); }).find("not found"), std::string::npos);
 }

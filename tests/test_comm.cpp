@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/core/process.hpp"
-#include "mpibert/comm/communicator.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/runtime/peers.hpp"
 
@@ -52,8 +52,8 @@ std::string difference(const torch::Tensor& got, const torch::Tensor& want) {
     const auto ne = gl.ne(wl);
     const int64_t count = ne.sum().item<int64_t>();
     const int64_t first = ne.nonzero().index({0, 0}).item<int64_t>();
-    out << count << " of " << got.numel() << " elements differ; first at " << first << ": got "
-        << gl[first].item<int64_t>() << ", want " << wl[first].item<int64_t>();
+    out << count << " of " << got.numel() << " elements differ; first at " << first << ": got " << gl[first].item<int64_t>()
+        << ", want " << wl[first].item<int64_t>();
     return out.str();
   }
   const int64_t count = differs.sum().item<int64_t>();
@@ -71,8 +71,7 @@ torch::Tensor all_reduce_input(torch::ScalarType dtype, int64_t numel, int r) {
   const auto i = torch::arange(numel, torch::kLong);
   switch (dtype) {
     case torch::kFloat: return (i.remainder(997).to(torch::kFloat) * (r + 1) + 0.25f * static_cast<float>(r + 1));
-    case torch::kDouble:
-      return i.to(torch::kDouble) * (r + 1) + std::ldexp(1.0, 33) * r + std::ldexp(1.0, -7) * (r + 1);
+    case torch::kDouble: return i.to(torch::kDouble) * (r + 1) + std::ldexp(1.0, 33) * r + std::ldexp(1.0, -7) * (r + 1);
     case torch::kLong: return (i * (2 * r - 1)) + (int64_t{1} << 40) * (r + 1);
     default: throw std::logic_error("all_reduce_input: dtype not covered");
   }
@@ -80,8 +79,8 @@ torch::Tensor all_reduce_input(torch::ScalarType dtype, int64_t numel, int r) {
 
 torch::Tensor all_reduce_expected(torch::ScalarType dtype, int64_t numel, int n) {
   const auto i = torch::arange(numel, torch::kLong);
-  const int64_t triangle = static_cast<int64_t>(n) * (n + 1) / 2;         // sum of r+1
-  const int64_t ranks_sum = static_cast<int64_t>(n) * (n - 1) / 2;        // sum of r
+  const int64_t triangle = static_cast<int64_t>(n) * (n + 1) / 2;   // sum of r+1
+  const int64_t ranks_sum = static_cast<int64_t>(n) * (n - 1) / 2;  // sum of r
   switch (dtype) {
     case torch::kFloat:
       return i.remainder(997).to(torch::kFloat) * static_cast<float>(triangle) + 0.25f * static_cast<float>(triangle);
@@ -152,7 +151,8 @@ TEST_P(CommTest, OperationsQueuedBeforeAnyWaitCompleteInOrder) {
   std::vector<torch::Tensor> tensors;
   std::vector<std::shared_ptr<Work>> works;
   for (const auto& [dtype, numel] : specs) tensors.push_back(all_reduce_input(dtype, numel, rank_));
-  for (size_t k = 0; k < tensors.size(); ++k) works.push_back(comm_->all_reduce_sum(tensors[k], "queued all-reduce " + std::to_string(k)));
+  for (size_t k = 0; k < tensors.size(); ++k)
+    works.push_back(comm_->all_reduce_sum(tensors[k], "queued all-reduce " + std::to_string(k)));
   // Once the last is complete, every earlier one is.
   works.back()->wait();
   for (size_t k = 0; k + 1 < works.size(); ++k) EXPECT_TRUE(works[k]->done()) << "operation " << k << " completed out of order";
@@ -178,13 +178,15 @@ TEST_P(CommTest, ReduceScatterGivesEachRankTheSumOfItsBlock) {
     for (const int64_t k : {int64_t{1}, int64_t{1000}}) {
       SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", blocks of " << k);
       // Element j of block b on rank r: (r+1)*100000 + b*1000 + j%997.
-      auto block = torch::arange(size_, torch::kLong).unsqueeze(1) * 1000 + torch::arange(k, torch::kLong).remainder(997).unsqueeze(0);
+      auto block = torch::arange(size_, torch::kLong).unsqueeze(1) * 1000 +
+                   torch::arange(k, torch::kLong).remainder(997).unsqueeze(0);
       auto input = (block + int64_t{100000} * (rank_ + 1)).reshape({-1}).to(dtype);
       auto output = torch::full({k}, -7, torch::TensorOptions().dtype(dtype));
       const auto input_before = input.clone();
       comm_->reduce_scatter_sum(input, output, "reduce-scatter test")->wait();
       const int64_t n = size_;
-      auto expected = (int64_t{100000} * n * (n + 1) / 2 + n * (rank_ * 1000 + torch::arange(k, torch::kLong).remainder(997))).to(dtype);
+      auto expected =
+          (int64_t{100000} * n * (n + 1) / 2 + n * (rank_ * 1000 + torch::arange(k, torch::kLong).remainder(997))).to(dtype);
       EXPECT_EQ(difference(output, expected), "");
       EXPECT_EQ(difference(input, input_before), "") << "reduce-scatter must not change its input";
     }
@@ -321,7 +323,7 @@ TEST_P(CommTest, InvalidTensorsThrowBeforeAnythingIsQueued) {
   const int64_t k = 4;
   const auto before = comm_->stats();
   auto square = torch::arange(16, torch::kFloat).reshape({4, 4});
-  auto transposed = square.t();  // not contiguous
+  auto transposed = square.t();                                                               // not contiguous
   auto strided = torch::zeros({2 * size_ * k}, torch::kFloat).slice(0, 0, 2 * size_ * k, 2);  // not contiguous
   ASSERT_FALSE(transposed.is_contiguous());
   ASSERT_FALSE(strided.is_contiguous());
@@ -330,8 +332,9 @@ TEST_P(CommTest, InvalidTensorsThrowBeforeAnythingIsQueued) {
   expect_invalid_argument([&] { comm_->broadcast(transposed, 0, "bad broadcast"); }, "broadcast of a transposed tensor");
   expect_invalid_argument([&] { comm_->reduce_scatter_sum(strided, torch::zeros({k}), "bad reduce-scatter"); },
                           "reduce-scatter of a strided input");
-  expect_invalid_argument([&] { comm_->reduce_scatter_sum(torch::zeros({size_ * k}), torch::zeros({2 * k}).slice(0, 0, 2 * k, 2), "bad"); },
-                          "reduce-scatter into a strided output");
+  expect_invalid_argument(
+      [&] { comm_->reduce_scatter_sum(torch::zeros({size_ * k}), torch::zeros({2 * k}).slice(0, 0, 2 * k, 2), "bad"); },
+      "reduce-scatter into a strided output");
   expect_invalid_argument([&] { comm_->reduce_scatter_sum(torch::zeros({size_ * k + 1}), torch::zeros({k}), "bad"); },
                           "reduce-scatter input one element too long");
   expect_invalid_argument([&] { comm_->reduce_scatter_sum(torch::zeros({size_ * k}), torch::zeros({k + 1}), "bad"); },
@@ -360,7 +363,8 @@ TEST_P(CommTest, InvalidTensorsThrowBeforeAnythingIsQueued) {
 // ranks stay in step.
 TEST_P(CommTest, UnsupportedDtypeThrowsBeforeAnythingIsQueued) {
   const auto before = comm_->stats();
-  expect_invalid_argument([&] { comm_->all_reduce_sum(torch::zeros({4}, torch::kHalf), "half all-reduce"); }, "all-reduce of float16");
+  expect_invalid_argument([&] { comm_->all_reduce_sum(torch::zeros({4}, torch::kHalf), "half all-reduce"); },
+                          "all-reduce of float16");
   expect_invalid_argument([&] { comm_->broadcast(torch::zeros({4}, torch::kBool), 0, "bool broadcast"); }, "broadcast of bool");
   auto tensor = torch::ones({4}, torch::kFloat);
   comm_->all_reduce_sum(tensor, "all-reduce after the errors")->wait();

@@ -14,19 +14,19 @@
 #include <cmath>
 #include <functional>
 #include <map>
-#include <numeric>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "mpibert/core/error.hpp"
 #include "mpibert/comm/communicator.hpp"
+#include "mpibert/core/error.hpp"
+#include "mpibert/model/bert_qa.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
-#include "mpibert/model/bert_qa.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -125,8 +125,8 @@ TEST_F(DataParallelTest, BucketsCloseAtTheirCapacityInReverseRegistrationOrder) 
   const std::vector<std::vector<std::string>> first_buckets = {
       {"qa_outputs.bias", "qa_outputs.weight"},  // 8 + 32 = 40: exactly the first bucket's capacity
       {layer + "output.LayerNorm.bias", layer + "output.LayerNorm.weight", layer + "output.dense.bias"},  // 48
-      {layer + "output.dense.weight"},           // 128, over the capacity: alone
-      {layer + "intermediate.dense.bias"},       // 32; the next one (128) would pass 100
+      {layer + "output.dense.weight"},      // 128, over the capacity: alone
+      {layer + "intermediate.dense.bias"},  // 32; the next one (128) would pass 100
       {layer + "intermediate.dense.weight"},
       {layer + "attention.output.LayerNorm.bias", layer + "attention.output.LayerNorm.weight",
        layer + "attention.output.dense.bias"},  // 48; with the dense weight (64) it would be 112
@@ -312,7 +312,8 @@ TEST_P(DataParallelStrategies, ParametersWithoutGradientsAreReducedAfterBackward
   if (GetParam() == Strategy::kDdp) {
     EXPECT_TRUE(torch::equal(named[unused_everywhere].grad(), torch::zeros_like(named[unused_everywhere])));
     EXPECT_TRUE(torch::equal(named[unused_on_rank_zero].grad(),
-                             torch::full_like(named[unused_on_rank_zero], mean_weight() - 1)));  // rank 0's N, over N ranks, missing
+                             torch::full_like(named[unused_on_rank_zero],
+                                              mean_weight() - 1)));  // rank 0's N, over N ranks, missing
     EXPECT_TRUE(torch::equal(named["qa_outputs.weight"].grad(), torch::full_like(named["qa_outputs.weight"], mean_weight())));
   }
   // The step sees the same gradients as one process given them (the unused parameter's zero).
@@ -362,15 +363,16 @@ std::string strategy_test_name(const ::testing::TestParamInfo<Strategy>& info) {
 
 // The tests above drive backward on the parameters directly, outside any forward: fsdp's parameters
 // exist whole only inside their unit's forward and backward, so its tests below go through forward.
-INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies, ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2),
-                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies,
+                         ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2), strategy_test_name);
 
 // A forward and backward of the QA loss on `ids` ([batch, seq]), positions seeded by rank and step.
 void qa_backward_on(BertForQuestionAnswering& model, const torch::Tensor& ids, int rank, int step) {
   torch::manual_seed(static_cast<uint64_t>(1000 + 10 * rank + step));
   const int64_t batch = ids.size(0), seq = ids.size(1);
   const torch::Tensor types = torch::zeros({batch, seq}, torch::kLong), mask = torch::ones({batch, seq}, torch::kLong);
-  const torch::Tensor starts = torch::randint(0, seq, {batch}, torch::kLong), ends = torch::randint(0, seq, {batch}, torch::kLong);
+  const torch::Tensor starts = torch::randint(0, seq, {batch}, torch::kLong),
+                      ends = torch::randint(0, seq, {batch}, torch::kLong);
   model->forward(ids, types, mask, starts, ends).loss.backward();
 }
 
@@ -462,7 +464,7 @@ class SparseEmbedding : public DataParallelTest {
     return static_cast<int64_t>(std::accumulate(any_rank.begin(), any_rank.end(), 0.0));
   }
   std::vector<std::vector<torch::Tensor>> gradients;  // per step, per parameter, after synchronization
-  std::vector<std::vector<double>> touched;            // per step: 1 for the rows this rank's ids touched
+  std::vector<std::vector<double>> touched;           // per step: 1 for the rows this rank's ids touched
 };
 
 // The gradients after synchronization are the dense all-reduce's (bit for bit on 2 ranks: both add

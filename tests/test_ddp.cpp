@@ -49,8 +49,8 @@ class DataParallelRun : public ::testing::Test {
                                             : "timeout -k 10 120 " + test::mpiexec() + " -n " + std::to_string(ranks) +
                                                   " --oversubscribe --bind-to none ";
     return test::run_command(environment + " " + launcher + test::bin_dir() + "/mpibert train --model-config " +
-                             data_->file(config) + " --vocab " + test::vocab_path() + " --train-shards " +
-                             data_->file("train") + " --output-dir " + out +
+                             data_->file(config) + " --vocab " + test::vocab_path() + " --train-shards " + data_->file("train") +
+                             " --output-dir " + out +
                              " --threads 1 --padding full --learning-rate 0.001 --logging-steps 1 --seed 7 " + extra + " 2>&1");
   }
 
@@ -101,7 +101,8 @@ TEST_F(DataParallelRun, EveryStrategyOnTwoAndThreeRanksMatchesOneRankWithTheSame
       const std::string run = runs.file(std::string(strategy) + "-" + std::to_string(ranks));
       auto result = train(ranks, run, "--batch-size " + std::to_string(12 / ranks) + " --max-steps 3 --strategy " + strategy);
       ASSERT_EQ(result.exit_status, 0) << result.output;
-      EXPECT_NE(result.output.find("global batch 12 = " + std::to_string(12 / ranks) + " x 1 accumulation x " + std::to_string(ranks) + " ranks"),
+      EXPECT_NE(result.output.find("global batch 12 = " + std::to_string(12 / ranks) + " x 1 accumulation x " +
+                                   std::to_string(ranks) + " ranks"),
                 std::string::npos)
           << result.output;
       const double difference = max_difference(reference, checkpoint(run, 3) + "/model.safetensors");
@@ -126,9 +127,11 @@ TEST_F(DataParallelRun, ShardedStrategiesMatchDdpHoldingLessPerRank) {
   test::TempDir runs;
   std::map<std::string, nlohmann::json> memory;
   for (const char* strategy : kStrategies) {
-    auto run = train(2, runs.file(strategy), std::string("--batch-size 4 --max-steps 4 --gradient-accumulation 2 --strategy ") + strategy);
+    auto run = train(2, runs.file(strategy),
+                     std::string("--batch-size 4 --max-steps 4 --gradient-accumulation 2 --strategy ") + strategy);
     ASSERT_EQ(run.exit_status, 0) << run.output;
-    memory[strategy] = nlohmann::json::parse(read_file(runs.file(std::string(strategy) + "/results.json")))["parallel"]["memory_per_rank"];
+    memory[strategy] =
+        nlohmann::json::parse(read_file(runs.file(std::string(strategy) + "/results.json")))["parallel"]["memory_per_rank"];
     ASSERT_EQ(memory[strategy].size(), 2u) << strategy;
     if (std::string(strategy) == "ddp") continue;
     const double difference = max_difference(checkpoint(runs.file("ddp"), 4) + "/model.safetensors",
@@ -145,7 +148,8 @@ TEST_F(DataParallelRun, ShardedStrategiesMatchDdpHoldingLessPerRank) {
   EXPECT_NEAR(ratio("zero2", "optimizer_state_bytes"), 0.5, 0.01);
   EXPECT_NEAR(ratio("zero2", "gradient_bytes"), 0.5, 0.01);
   EXPECT_NEAR(ratio("zero2", "parameter_bytes"), 1.0, 0.01);
-  for (const char* kind : {"parameter_bytes", "gradient_bytes", "optimizer_state_bytes"}) EXPECT_NEAR(ratio("fsdp", kind), 0.5, 0.01) << kind;
+  for (const char* kind : {"parameter_bytes", "gradient_bytes", "optimizer_state_bytes"})
+    EXPECT_NEAR(ratio("fsdp", kind), 0.5, 0.01) << kind;
   EXPECT_GT(memory["fsdp"][1]["peak_rss_bytes"].get<double>(), 0);
   // ddp: one optimizer file from rank 0; sharded: each rank's slices in its own file, which together
   // hold as many moments as ddp's.
@@ -245,8 +249,8 @@ TEST_F(DataParallelRun, ResumingOnAnotherNumberOfRanksOrStrategyFollowsTheRunTha
       const auto& [ranks, strategy] = chains[c][leg];
       legs += " -> " + std::to_string(ranks) + " " + strategy;
       auto result = train(ranks == 1 ? 0 : ranks, run,
-                          "--batch-size " + std::to_string(6 / ranks) + " --max-steps 6 --stop-after-steps 2 --strategy " + strategy +
-                              (leg > 0 ? " --resume auto" : ""));
+                          "--batch-size " + std::to_string(6 / ranks) + " --max-steps 6 --stop-after-steps 2 --strategy " +
+                              strategy + (leg > 0 ? " --resume auto" : ""));
       ASSERT_EQ(result.exit_status, 0) << legs << "\n" << result.output;
       if (leg > 0) EXPECT_NE(result.output.find("resumed from"), std::string::npos) << result.output;
     }
@@ -270,7 +274,8 @@ TEST_F(DataParallelRun, ResumeWhereTheSamplesDoneDoNotDivideIntoTheNewBatchIsRef
   ASSERT_EQ(two.exit_status, 0) << two.output;
   auto three = train(3, runs.file("run"), "--batch-size 4 --max-steps 4 --resume auto");
   EXPECT_NE(three.exit_status, 0);
-  EXPECT_NE(three.output.find("consumed 8 samples of the epoch, not a multiple of this run's 3 x 4"), std::string::npos) << three.output;
+  EXPECT_NE(three.output.find("consumed 8 samples of the epoch, not a multiple of this run's 3 x 4"), std::string::npos)
+      << three.output;
 }
 
 TEST_F(DataParallelRun, RanksStartedWithDifferentOptionsRefuseToStart) {
@@ -278,8 +283,8 @@ TEST_F(DataParallelRun, RanksStartedWithDifferentOptionsRefuseToStart) {
   const std::string rank_command = test::bin_dir() + "/mpibert train --model-config " + data_->file("config.json") + " --vocab " +
                                    test::vocab_path() + " --train-shards " + data_->file("train") + " --output-dir " +
                                    runs.file("out") + " --threads 1 --max-steps 2 --batch-size ";
-  auto result = test::run_command("timeout -k 10 120 " + test::mpiexec() + " --oversubscribe --bind-to none -n 1 " + rank_command +
-                                  "4 : -n 1 " + rank_command + "8 2>&1");
+  auto result = test::run_command("timeout -k 10 120 " + test::mpiexec() + " --oversubscribe --bind-to none -n 1 " +
+                                  rank_command + "4 : -n 1 " + rank_command + "8 2>&1");
   EXPECT_NE(result.exit_status, 0);
   EXPECT_NE(result.output.find("rank 1 differs from rank 0: /batch_size = 8 (rank 0: 4)"), std::string::npos) << result.output;
   EXPECT_FALSE(fs::exists(runs.file("out/results.json")));
@@ -314,7 +319,8 @@ TEST_F(DataParallelRun, TwoGpuRanksWithNcclMatchOneRank) {
   auto one = train(0, runs.file("one"), "--batch-size 8 --max-steps 3 --device cuda");
   ASSERT_EQ(one.exit_status, 0) << one.output;
   for (const char* strategy : kStrategies) {
-    auto two = train(2, runs.file(strategy), std::string("--batch-size 4 --max-steps 3 --device cuda --comm nccl --strategy ") + strategy);
+    auto two = train(2, runs.file(strategy),
+                     std::string("--batch-size 4 --max-steps 3 --device cuda --comm nccl --strategy ") + strategy);
     ASSERT_EQ(two.exit_status, 0) << two.output;
     EXPECT_LE(max_difference(checkpoint(runs.file("one"), 3) + "/model.safetensors",
                              checkpoint(runs.file(strategy), 3) + "/model.safetensors"),
@@ -343,12 +349,14 @@ TEST_F(DataParallelRun, AFailureWithCollectivesInFlightEndsTheJobPromptlyWithIts
   for (const char* strategy : kStrategies) {
     test::TempDir runs;
     const auto start = Clock::now();
-    auto result = train(2, runs.file("run"), std::string("--batch-size 4 --max-steps 20 --collective-timeout 60 --strategy ") + strategy,
+    auto result = train(2, runs.file("run"),
+                        std::string("--batch-size 4 --max-steps 20 --collective-timeout 60 --strategy ") + strategy,
                         "MPIBERT_INJECT_FAILURE=1:2:backward");
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     EXPECT_NE(result.exit_status, 0) << strategy;
     EXPECT_NE(result.output.find("[rank 1] [error] injected failure at step 2 after backward"), std::string::npos)
-        << strategy << "\n" << result.output;
+        << strategy << "\n"
+        << result.output;
     EXPECT_EQ(result.output.find("collective timed out"), std::string::npos) << strategy << "\n" << result.output;
     EXPECT_LT(seconds, 30.0) << strategy << "\n" << result.output;
     EXPECT_FALSE(fs::exists(runs.file("run/results.json"))) << strategy;

@@ -8,9 +8,9 @@
 #include "mpibert/core/utf8.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/train/batch_forward.hpp"
 #include "mpibert/train/evaluate.hpp"
-#include "mpibert/model/hf_model_dir.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -52,8 +52,14 @@ TEST(Batching, DynamicAndFullPaddingGiveTheSameRealTokenLogits) {
   for (size_t row = 0; row < indices.size(); ++row) {
     const int64_t length = store.feature(indices[row]).length;
     const auto row_index = static_cast<int64_t>(row);
-    EXPECT_LE((a.start_logits[row_index].slice(0, 0, length) - b.start_logits[row_index].slice(0, 0, length)).abs().max().item<double>(), 1e-5);
-    EXPECT_LE((a.end_logits[row_index].slice(0, 0, length) - b.end_logits[row_index].slice(0, 0, length)).abs().max().item<double>(), 1e-5);
+    EXPECT_LE((a.start_logits[row_index].slice(0, 0, length) - b.start_logits[row_index].slice(0, 0, length))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-5);
+    EXPECT_LE(
+        (a.end_logits[row_index].slice(0, 0, length) - b.end_logits[row_index].slice(0, 0, length)).abs().max().item<double>(),
+        1e-5);
   }
 }
 
@@ -114,7 +120,8 @@ TEST(Postprocess, LabelledLogitsGiveTheLabelledSpansV1) {
     const FeatureView feature = store.feature(f);
     if (feature.start_position == 0) continue;
     expected[static_cast<size_t>(feature.example_index)] =
-        utf8::substr(*store.example(feature.example_index).context, static_cast<size_t>(feature.offsets[2 * feature.start_position]),
+        utf8::substr(*store.example(feature.example_index).context,
+                     static_cast<size_t>(feature.offsets[2 * feature.start_position]),
                      static_cast<size_t>(feature.offsets[2 * feature.end_position + 1]));
   }
   for (int64_t e = 0; e < store.num_examples(); ++e) {
@@ -140,7 +147,8 @@ TEST(Postprocess, V2PredictsNoAnswerWhenTheNullScoreWins) {
     const auto& prediction = predictions[static_cast<size_t>(e)];
     ASSERT_TRUE(prediction.null_score_diff.has_value());
     // The null answer appears once among the n-best, with no character span.
-    EXPECT_EQ(std::count_if(prediction.nbest.begin(), prediction.nbest.end(), [](const Candidate& c) { return c.char_begin < 0; }), 1)
+    EXPECT_EQ(
+        std::count_if(prediction.nbest.begin(), prediction.nbest.end(), [](const Candidate& c) { return c.char_begin < 0; }), 1)
         << prediction.id;
     if (store.example(e).is_impossible) {
       ++impossible;
@@ -169,7 +177,7 @@ TEST(Postprocess, SpansRespectOrderAndMaximumLength) {
   const int32_t first = feature.context_start;
   s[static_cast<size_t>(first + 40)] = 9.0f;  // best start after the best end: not a span
   e[static_cast<size_t>(first + 10)] = 9.0f;
-  s[static_cast<size_t>(first + 2)] = 4.0f;   // a valid span of 9 tokens
+  s[static_cast<size_t>(first + 2)] = 4.0f;  // a valid span of 9 tokens
   PostprocessOptions options;
   auto predictions = postprocess_qa_predictions(store, {s}, {e}, options);
   EXPECT_EQ(predictions[0].nbest[0].char_begin, feature.offsets[2 * (first + 2)]);

@@ -89,7 +89,8 @@ TEST(Labels, AnswerInsideOutsideAndAtTheWindowEdge) {
 
 TEST(Labels, AnswerInsideAWordCoversTheWholeToken) {
   // HF keeps a label when the answer is part of a token: start/end are the tokens holding its ends.
-  FeatureTable table = make_features(one_example("the broncos won", "who ?", {{"ronco", 5}}), 0, 1, tokenizer(), FeatureParams{384, 128, 0});
+  FeatureTable table =
+      make_features(one_example("the broncos won", "who ?", {{"ronco", 5}}), 0, 1, tokenizer(), FeatureParams{384, 128, 0});
   ASSERT_EQ(table.num_features(), 1u);
   EXPECT_EQ(table.start_positions[0], table.end_positions[0]);
   EXPECT_EQ(table.start_positions[0], table.context_starts[0] + 1);

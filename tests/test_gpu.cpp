@@ -7,24 +7,24 @@
 #include <cmath>
 #include <iostream>
 
+#include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/batching.hpp"
-#include "mpibert/comm/communicator.hpp"
-#include "mpibert/parallel/data_parallel.hpp"
-#include "mpibert/runtime/device.hpp"
-#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "mpibert/parallel/data_parallel.hpp"
+#include "mpibert/runtime/device.hpp"
+#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/train/trainer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                                \
-  do {                                                                                    \
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
     if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA GPU visible to this process"; \
   } while (0)
 
@@ -36,8 +36,8 @@ double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
 
 struct ParityResult {
   double logits = 0, loss = 0, sequence_output = 0;  // max |diff|
-  double gradients_abs = 0;       // worst over the parameters
-  double gradients_relative = 0;  // |g - g_HF| / |g_HF| over all gradients as one vector (L2)
+  double gradients_abs = 0;                          // worst over the parameters
+  double gradients_relative = 0;                     // |g - g_HF| / |g_HF| over all gradients as one vector (L2)
   std::string worst_gradient;
 };
 
@@ -207,8 +207,9 @@ TEST(GpuSparseEmbedding, RowsGoThroughNcclAndBackAsTheDenseExchangeDoes) {
     const torch::Tensor ids = torch::randint(1, 500, {4, 32}, on);
     parallel->note_input_ids(ids);
     parallel->begin_backward(true);
-    model->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
-                   torch::randint(0, 32, {4}, on))
+    model
+        ->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
+                  torch::randint(0, 32, {4}, on))
         .loss.backward();
     parallel->finish_gradient_sync();
     *stats = parallel->sync_stats();

@@ -42,9 +42,11 @@ TEST_P(ModelParity, ForwardAndGradientsMatchHuggingFace) {
 
   const double tolerance = 1e-5;
   double worst_output = 0;
-  for (const auto& [name, tensor] : std::vector<std::pair<std::string, torch::Tensor>>{
-           {"start_logits", out.start_logits}, {"end_logits", out.end_logits}, {"loss", out.loss},
-           {"sequence_output", out.sequence_output}}) {
+  for (const auto& [name, tensor] :
+       std::vector<std::pair<std::string, torch::Tensor>>{{"start_logits", out.start_logits},
+                                                          {"end_logits", out.end_logits},
+                                                          {"loss", out.loss},
+                                                          {"sequence_output", out.sequence_output}}) {
     torch::Tensor want = expected.get(name);
     ASSERT_EQ(tensor.sizes(), want.sizes()) << name;
     const double diff = max_abs_diff(tensor, want);
@@ -68,8 +70,8 @@ TEST_P(ModelParity, ForwardAndGradientsMatchHuggingFace) {
     ++compared;
   }
   EXPECT_EQ(compared, model->named_parameters().size());
-  std::cout << "  outputs: max |diff| " << worst_output << "; " << compared << " gradients: max |diff| " << worst_gradient
-            << " (" << worst_name << ")\n";
+  std::cout << "  outputs: max |diff| " << worst_output << "; " << compared << " gradients: max |diff| " << worst_gradient << " ("
+            << worst_name << ")\n";
   RecordProperty("max_output_diff", std::to_string(worst_output));
   RecordProperty("max_gradient_diff", std::to_string(worst_gradient));
 }
@@ -136,7 +138,8 @@ TEST_P(PackedParity, RealTokensMatchHuggingFaceAndTheLossLeavesPaddingOut) {
     for (const auto& [name, tensor] :
          std::vector<std::pair<std::string, torch::Tensor>>{{"start_logits", out.start_logits}, {"end_logits", out.end_logits}}) {
       worst = std::max(worst, max_abs_diff(tensor[row].slice(0, 0, length), expected.get(name)[row].slice(0, 0, length)));
-      EXPECT_TRUE(tensor[row].slice(0, length).eq(std::numeric_limits<float>::lowest()).all().item<bool>()) << name << " row " << row;
+      EXPECT_TRUE(tensor[row].slice(0, length).eq(std::numeric_limits<float>::lowest()).all().item<bool>())
+          << name << " row " << row;
     }
     worst = std::max(worst, max_abs_diff(out.sequence_output.slice(0, begin, begin + length),
                                          expected.get("sequence_output")[row].slice(0, 0, length)));

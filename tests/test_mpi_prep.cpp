@@ -101,8 +101,9 @@ TEST(MpiPrep, FailureOnTheLastRankFailsEveryRankAndLeavesNoFiles) {
     std::string question = "who won?";
     if (a + 1 == 2 * world_size())
       for (question.clear(); question.size() < 1000;) question += "w ";
-    articles += std::string(a ? "," : "") + R"({"title": "t", "paragraphs": [{"context": "Denver won the game.", "qas": [{"id": "q)" +
-                std::to_string(a) + R"(", "question": ")" + question + R"(", "answers": [{"text": "Denver", "answer_start": 0}]}]}]})";
+    articles += std::string(a ? "," : "") +
+                R"({"title": "t", "paragraphs": [{"context": "Denver won the game.", "qas": [{"id": "q)" + std::to_string(a) +
+                R"(", "question": ")" + question + R"(", "answers": [{"text": "Denver", "answer_start": 0}]}]}]})";
   }
   SharedTempDir dir;
   if (world_rank() == 0) test::write_text(dir.path() + "/input.json", R"({"version": "1.1", "data": [)" + articles + "]}");

@@ -21,7 +21,8 @@ TEST(WeightDecayGroups, MatchTheFixturesDecayedNames) {
   const auto trajectory = nlohmann::json::parse(read_file(model_fixture("trajectory.json")));
   std::set<std::string> decayed = trajectory["optimizer"]["decay_param_names"];
   BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")));
-  for (const auto& item : model->named_parameters()) EXPECT_EQ(uses_weight_decay(item.key()), decayed.count(item.key()) == 1) << item.key();
+  for (const auto& item : model->named_parameters())
+    EXPECT_EQ(uses_weight_decay(item.key()), decayed.count(item.key()) == 1) << item.key();
 }
 
 TEST(LinearSchedule, WarmsUpThenDecaysToZero) {

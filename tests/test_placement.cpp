@@ -7,8 +7,8 @@
 #include <functional>
 #include <stdexcept>
 
-#include "mpibert/core/error.hpp"
 #include "mpibert/comm/communicator.hpp"
+#include "mpibert/core/error.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/placement.hpp"
 #include "test_support.hpp"
@@ -45,8 +45,9 @@ TEST(Backend, RanksSharingAGpuFallBackToMpiUnderAutoAndAreRefusedUnderNccl) {
 TEST(Backend, NcclNeedsGpusAndABuildWithNccl) {
   const std::string on_cpus = test::error_of([] { choose_backend(CommChoice::kNccl, {cpu(0, "n1"), cpu(1, "n1")}, true); });
   EXPECT_NE(on_cpus.find("NCCL reduces CUDA tensors"), std::string::npos) << on_cpus;
-  const std::string unbuilt =
-      test::error_of([] { choose_backend(CommChoice::kNccl, {cuda(0, "n1", 0), cuda(1, "n1", 1)}, false); });
+  const std::string unbuilt = test::error_of([] {
+    choose_backend(CommChoice::kNccl, {cuda(0, "n1", 0), cuda(1, "n1", 1)}, false);
+  });
   EXPECT_NE(unbuilt.find("built without NCCL"), std::string::npos) << unbuilt;
   const BackendChoice without = choose_backend(CommChoice::kAuto, {cuda(0, "n1", 0), cuda(1, "n1", 1)}, false);
   EXPECT_EQ(without.backend, "mpi");
@@ -57,8 +58,9 @@ TEST(RankPlacement, RanksOnDifferentKindsOfDeviceAreRefusedByName) {
   EXPECT_NO_THROW(require_one_device_type({cuda(0, "n1", 0), cuda(1, "n2", 0)}, DeviceChoice::kAuto));
   EXPECT_NO_THROW(require_one_device_type({cpu(0, "n1"), cpu(1, "n2")}, DeviceChoice::kAuto));
   // A rank whose --device auto found no GPU (a driver too old for the CUDA runtime, say).
-  const std::string refusal =
-      test::error_of([] { require_one_device_type({cuda(0, "n1", 0), cuda(1, "n1", 1), cpu(2, "n2")}, DeviceChoice::kAuto); });
+  const std::string refusal = test::error_of([] {
+    require_one_device_type({cuda(0, "n1", 0), cuda(1, "n1", 1), cpu(2, "n2")}, DeviceChoice::kAuto);
+  });
   EXPECT_NE(refusal.find("--device"), std::string::npos) << refusal;
   EXPECT_NE(refusal.find("cuda:0 on n1 (rank 0), cuda:1 on n1 (rank 1), cpu on n2 (rank 2)"), std::string::npos) << refusal;
   EXPECT_NE(refusal.find("--device cuda"), std::string::npos) << refusal;
@@ -110,8 +112,9 @@ TEST(Teardown, ACommunicatorLeftByAnExceptionIsAbandonedOtherwiseFinished) {
 }
 
 TEST(Driver, VersionFromProprietaryAndOpenKernelModules) {
-  EXPECT_EQ(parse_nvidia_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024"),
-            "535.183.01");
+  EXPECT_EQ(
+      parse_nvidia_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024"),
+      "535.183.01");
   EXPECT_EQ(parse_nvidia_driver_version(
                 "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159  Release Build  (dvs-builder@U16-I3-B03-4-1)  "
                 "Thu Oct  2 20:37:04 UTC 2025"),

@@ -15,7 +15,8 @@ namespace mpibert {
 namespace {
 
 std::string prep_command(const std::string& input, const std::string& vocab, const std::string& out,
-                         const std::string& extra = "", int ranks = 2, const std::string& program = test::bin_dir() + "/mpibert-prep") {
+                         const std::string& extra = "", int ranks = 2,
+                         const std::string& program = test::bin_dir() + "/mpibert-prep") {
   // `timeout` turns a hang (a rank left waiting in a collective) into a test failure.
   return "timeout -k 10 120 " + test::mpiexec() + " -n " + std::to_string(ranks) + " --oversubscribe --bind-to none " + program +
          " --input '" + input + "' --vocab '" + vocab + "' --out '" + out + "' " + extra;
@@ -51,8 +52,8 @@ class PrepCli : public ::testing::Test {
 
   void expect_failure_on(const std::string& input, const std::vector<std::string>& fragments,
                          const std::string& vocab = test::vocab_path(), const std::string& program = "") {
-    test::CommandResult result =
-        test::run_command(program.empty() ? prep_command(input, vocab, out()) : prep_command(input, vocab, out(), "", 2, program));
+    test::CommandResult result = test::run_command(program.empty() ? prep_command(input, vocab, out())
+                                                                   : prep_command(input, vocab, out(), "", 2, program));
     EXPECT_NE(result.exit_status, 0) << result.output;
     EXPECT_NE(result.exit_status, 124) << "timed out (a rank hung):\n" << result.output;
     for (const auto& fragment : fragments) EXPECT_NE(result.output.find(fragment), std::string::npos) << result.output;
@@ -62,7 +63,8 @@ class PrepCli : public ::testing::Test {
 
 TEST_F(PrepCli, PreparesShardsAndInspectReportsThem) {
   test::write_text(dir.file("input.json"), valid_squad());
-  test::CommandResult result = test::run_command(prep_command(dir.file("input.json"), test::vocab_path(), out(), "--split train"));
+  test::CommandResult result =
+      test::run_command(prep_command(dir.file("input.json"), test::vocab_path(), out(), "--split train"));
   ASSERT_EQ(result.exit_status, 0) << result.output;
   auto names = files_under(out());
   std::sort(names.begin(), names.end());
@@ -88,7 +90,8 @@ TEST_F(PrepCli, PreparesShardsAndInspectReportsThem) {
   result = test::run_command(prep_command(dir.file("input.json"), test::vocab_path(), out(), "--split train --doc-stride 64"));
   EXPECT_NE(result.exit_status, 0);
   EXPECT_NE(result.output.find("shard-00000-of-00002.h5: the output directory holds shards made with other parameters"),
-            std::string::npos) << result.output;
+            std::string::npos)
+      << result.output;
   EXPECT_NE(result.output.find("doc_stride=128"), std::string::npos) << result.output;
   EXPECT_EQ(read_file(out() + "/manifest.json"), before);
   EXPECT_EQ(files_under(out()).size(), 3u);
@@ -124,7 +127,8 @@ TEST_F(PrepCli, NotJson) { expect_failure("<html>oops</html>", {dir.file("input.
 
 TEST_F(PrepCli, TruncatedGzip) {
   const std::string gz = read_file_bytes(test::squad_v1_path());
-  expect_failure(gz.substr(0, gz.size() - 1000), {"input.json.gz", "gzip stream is truncated"}, test::vocab_path(), "input.json.gz");
+  expect_failure(gz.substr(0, gz.size() - 1000), {"input.json.gz", "gzip stream is truncated"}, test::vocab_path(),
+                 "input.json.gz");
 }
 
 TEST_F(PrepCli, WrongSchema) {
@@ -163,7 +167,8 @@ TEST_F(PrepCli, InvalidUtf8) {
 TEST_F(PrepCli, VocabWithoutSpecialTokens) {
   test::write_text(dir.file("vocab.txt"), "[PAD]\n[UNK]\nthe\n");
   test::write_text(dir.file("input.json"), valid_squad());
-  expect_failure_on(dir.file("input.json"), {dir.file("vocab.txt"), "missing special token(s) [CLS] [SEP]"}, dir.file("vocab.txt"));
+  expect_failure_on(dir.file("input.json"), {dir.file("vocab.txt"), "missing special token(s) [CLS] [SEP]"},
+                    dir.file("vocab.txt"));
 }
 
 TEST_F(PrepCli, QuestionTooLongOnOneRankBringsEveryRankDown) {

@@ -2,11 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <nlohmann/json.hpp>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
@@ -55,9 +55,7 @@ void expect_write_error(const std::vector<NamedTensor>& tensors, const std::stri
   EXPECT_TRUE(dir.entries().empty());
 }
 
-bool is_mapped(const std::string& path) {
-  return read_file_bytes("/proc/self/maps").find(path) != std::string::npos;
-}
+bool is_mapped(const std::string& path) { return read_file_bytes("/proc/self/maps").find(path) != std::string::npos; }
 
 void expect_same(const torch::Tensor& actual, const torch::Tensor& expected) {
   EXPECT_EQ(actual.scalar_type(), expected.scalar_type());
@@ -177,9 +175,8 @@ TEST(Safetensors, ReadsInDataOrderAcceptingGaps) {
   const int32_t values[] = {7, 8, 9};
   std::string data(4, 'x');  // a gap before the first tensor
   data.append(reinterpret_cast<const char*>(values), sizeof values);
-  const std::string header =
-      R"({"late":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},)"
-      R"("early":{"dtype":"I32","shape":[],"data_offsets":[4,8]},"__metadata__":{"a":"b"}})";
+  const std::string header = R"({"late":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},)"
+                             R"("early":{"dtype":"I32","shape":[],"data_offsets":[4,8]},"__metadata__":{"a":"b"}})";
   test::TempDir dir;
   test::write_text(dir.file("order.safetensors"), raw_file(header, data));
   const SafetensorsFile file = SafetensorsFile::open(dir.file("order.safetensors"));
@@ -321,8 +318,8 @@ TEST(SafetensorsErrors, SizeNotMatchingShape) {
   const std::string data(16, '\0');
   expect_open_error(raw_file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data), "need 12 bytes");
   expect_open_error(raw_file(R"({"t":{"dtype":"F64","shape":[],"data_offsets":[0,4]}})", data), "need 8 bytes");
-  expect_open_error(
-      raw_file(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,16]}})", data), "too large");
+  expect_open_error(raw_file(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,16]}})", data),
+                    "too large");
 }
 
 TEST(SafetensorsErrors, OverlappingTensors) {

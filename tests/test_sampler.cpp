@@ -73,7 +73,8 @@ TEST(DistributedSampler, GroupByLengthMakesBatchesOfSimilarLength) {
     int64_t total = 0;
     for (size_t b = 0; b < order.size(); b += batch) {
       int32_t longest = 0;
-      for (size_t i = b; i < std::min(order.size(), b + batch); ++i) longest = std::max(longest, lengths[static_cast<size_t>(order[i])]);
+      for (size_t i = b; i < std::min(order.size(), b + batch); ++i)
+        longest = std::max(longest, lengths[static_cast<size_t>(order[i])]);
       total += longest * static_cast<int64_t>(std::min<size_t>(batch, order.size() - b));
     }
     return total;

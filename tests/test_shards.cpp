@@ -71,8 +71,7 @@ Shard make_shard(int64_t first_example, int64_t num_examples) {
       f.start_positions.push_back(w == 0 ? 4 : 0);
       f.end_positions.push_back(w == 0 ? 5 : 0);
     }
-    if (local % 2 == 0)
-      e.contexts.push_back("Die Brücke über den Fluß Nr. " + std::to_string(global) + " — 東京 🚀");
+    if (local % 2 == 0) e.contexts.push_back("Die Brücke über den Fluß Nr. " + std::to_string(global) + " — 東京 🚀");
     e.ids.push_back("q" + std::to_string(global));
     e.questions.push_back("Wie heißt die Brücke " + std::to_string(global) + "? ¿Qué?");
     e.context_indices.push_back(static_cast<int32_t>(e.contexts.size() - 1));
@@ -153,8 +152,8 @@ Manifest make_manifest(const std::vector<Shard>& shards) {
   manifest.vocab_size = 30522;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardHeader& h = shards[i].header;
-    manifest.shards.push_back({shard_file_name(static_cast<int32_t>(i), static_cast<int32_t>(shards.size())),
-                               h.first_example, h.num_examples, h.num_features});
+    manifest.shards.push_back({shard_file_name(static_cast<int32_t>(i), static_cast<int32_t>(shards.size())), h.first_example,
+                               h.num_examples, h.num_features});
     manifest.num_examples += h.num_examples;
     manifest.num_features += h.num_features;
   }
@@ -166,8 +165,7 @@ std::vector<Shard> write_prepared_dir(const std::string& dir, std::vector<Shard>
   for (size_t i = 0; i < shards.size(); ++i) {
     shards[i].header.shard_index = static_cast<int32_t>(i);
     shards[i].header.num_shards = static_cast<int32_t>(shards.size());
-    write_shard(dir + "/" + shard_file_name(static_cast<int32_t>(i), static_cast<int32_t>(shards.size())),
-                shards[i]);
+    write_shard(dir + "/" + shard_file_name(static_cast<int32_t>(i), static_cast<int32_t>(shards.size())), shards[i]);
   }
   write_file_atomic(dir + "/" + kManifestName, manifest_to_json(make_manifest(shards)));
   return shards;
@@ -374,8 +372,7 @@ TEST(Manifest, RejectsInvalidJson) {
 
 TEST(FeatureStore, IndexesFeaturesAndExamplesAcrossShards) {
   TempDir dir;
-  const std::vector<Shard> shards =
-      write_prepared_dir(dir.path(), {make_shard(0, 3), make_shard(3, 0), make_shard(3, 4)});
+  const std::vector<Shard> shards = write_prepared_dir(dir.path(), {make_shard(0, 3), make_shard(3, 0), make_shard(3, 4)});
   const FeatureStore store = FeatureStore::open(dir.path());
   const int64_t first_count = static_cast<int64_t>(shards[0].features.num_features());
   ASSERT_EQ(store.num_features(), first_count + static_cast<int64_t>(shards[2].features.num_features()));
@@ -389,12 +386,10 @@ TEST(FeatureStore, IndexesFeaturesAndExamplesAcrossShards) {
     for (size_t local = 0; local < table.num_features(); ++local, ++global) {
       const FeatureView view = store.feature(global);
       ASSERT_EQ(view.length, table.lengths[local]);
-      EXPECT_EQ(
-          std::vector<uint16_t>(view.input_ids, view.input_ids + view.length),
-          std::vector<uint16_t>(table.input_ids.begin() + token, table.input_ids.begin() + token + view.length));
+      EXPECT_EQ(std::vector<uint16_t>(view.input_ids, view.input_ids + view.length),
+                std::vector<uint16_t>(table.input_ids.begin() + token, table.input_ids.begin() + token + view.length));
       EXPECT_EQ(std::vector<int32_t>(view.offsets, view.offsets + 2 * view.length),
-                std::vector<int32_t>(table.offsets.begin() + 2 * token,
-                                     table.offsets.begin() + 2 * (token + view.length)));
+                std::vector<int32_t>(table.offsets.begin() + 2 * token, table.offsets.begin() + 2 * (token + view.length)));
       EXPECT_EQ(view.context_start, table.context_starts[local]);
       EXPECT_EQ(view.example_index, table.example_indices[local]);
       EXPECT_EQ(view.window_index, table.window_indices[local]);

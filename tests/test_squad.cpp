@@ -59,8 +59,7 @@ void expect_error(const std::string& text, const std::vector<std::string>& fragm
 TEST(SquadErrors, NotJson) { expect_error("this is not json", {"not valid JSON", "line 1"}); }
 
 TEST(SquadErrors, InvalidUtf8NamesTheByte) {
-  expect_error(one_question(R"({"id": "q1", "question": "wh)" + std::string("\xC3\x28") +
-                            R"(?", "answers": []})"),
+  expect_error(one_question(R"({"id": "q1", "question": "wh)" + std::string("\xC3\x28") + R"(?", "answers": []})"),
                {"invalid UTF-8", "byte 1"});
 }
 
@@ -93,8 +92,10 @@ TEST(SquadErrors, DuplicateIds) {
 }
 
 TEST(SquadErrors, ImpossibleWithAnswers) {
-  expect_error(one_question(R"({"id": "q1", "question": "a?", "is_impossible": true, "answers": [{"text": "Denver", "answer_start": 0}]})"),
-               {"id q1", "is_impossible"});
+  expect_error(
+      one_question(
+          R"({"id": "q1", "question": "a?", "is_impossible": true, "answers": [{"text": "Denver", "answer_start": 0}]})"),
+      {"id q1", "is_impossible"});
 }
 
 TEST(SquadErrors, TruncatedGzipNamesTheFile) {

@@ -48,8 +48,10 @@ void expect_same_scores(const ordered_json& actual, const ordered_json& official
     const ordered_json& value = actual.at(key);
     EXPECT_EQ(value.is_number_integer(), expected.is_number_integer()) << key;
     const bool exact = key.find("thresh") != std::string::npos || expected.is_number_integer();
-    if (exact) EXPECT_EQ(value, expected) << key;
-    else EXPECT_NEAR(value.get<double>(), expected.get<double>(), 1e-9) << key;
+    if (exact)
+      EXPECT_EQ(value, expected) << key;
+    else
+      EXPECT_NEAR(value.get<double>(), expected.get<double>(), 1e-9) << key;
   }
 }
 
@@ -60,10 +62,10 @@ TEST(SquadNormalize, ArticlesGoOnlyAsWholeWords) {
   EXPECT_EQ(squad_normalize_answer("an answer and a banana"), "answer and banana");
   EXPECT_EQ(squad_normalize_answer("The"), "");
   EXPECT_EQ(squad_normalize_answer("A."), "");
-  EXPECT_EQ(squad_normalize_answer("the1 2the"), "the1 2the");       // digits are word characters
-  EXPECT_EQ(squad_normalize_answer("the\u0301"), "\u0301");          // combining marks are not
-  EXPECT_EQ(squad_normalize_answer("x\u2013the"), "x\u2013");        // an en dash is not
-  EXPECT_EQ(squad_normalize_answer("caf\u00e9 the"), "caf\u00e9");   // Unicode letters are
+  EXPECT_EQ(squad_normalize_answer("the1 2the"), "the1 2the");      // digits are word characters
+  EXPECT_EQ(squad_normalize_answer("the\u0301"), "\u0301");         // combining marks are not
+  EXPECT_EQ(squad_normalize_answer("x\u2013the"), "x\u2013");       // an en dash is not
+  EXPECT_EQ(squad_normalize_answer("caf\u00e9 the"), "caf\u00e9");  // Unicode letters are
   EXPECT_EQ(squad_normalize_answer("\u00e9the"), "\u00e9the");
 }
 
@@ -71,7 +73,7 @@ TEST(SquadNormalize, OnlyAsciiPunctuationIsDropped) {
   EXPECT_EQ(squad_normalize_answer("\"Denver Broncos.\""), "denver broncos");
   EXPECT_EQ(squad_normalize_answer("(1,000)-[x]"), "1000x");
   EXPECT_EQ(squad_normalize_answer("\u201cDenver\u201d"), "\u201cdenver\u201d");  // curly quotes stay
-  EXPECT_EQ(squad_normalize_answer("1990\u20131995"), "1990\u20131995");            // so does an en dash
+  EXPECT_EQ(squad_normalize_answer("1990\u20131995"), "1990\u20131995");          // so does an en dash
   EXPECT_EQ(squad_normalize_answer("Broncos\u2019s"), "broncos\u2019s");
 }
 
@@ -86,7 +88,7 @@ TEST(SquadNormalize, SplitsOnUnicodeWhitespace) {
 TEST(SquadNormalize, LowersLikePython) {
   EXPECT_EQ(squad_normalize_answer("\u00c9COLE"), "\u00e9cole");
   EXPECT_EQ(squad_normalize_answer("STRASSE \u1e9e"), "strasse \u00df");
-  EXPECT_EQ(squad_normalize_answer("\u0130stanbul"), "i\u0307stanbul");  // 'İ'.lower() is two code points
+  EXPECT_EQ(squad_normalize_answer("\u0130stanbul"), "i\u0307stanbul");                       // 'İ'.lower() is two code points
   EXPECT_EQ(squad_normalize_answer("\u039f\u0394\u039f\u03a3"), "\u03bf\u03b4\u03bf\u03c2");  // final sigma
   EXPECT_EQ(squad_normalize_answer("\u039f\u0394\u039f\u03a3."), "\u03bf\u03b4\u03bf\u03c2");
   EXPECT_EQ(squad_normalize_answer("\u03a3\u039f\u03a3 \u03a3"), "\u03c3\u03bf\u03c2 \u03c3");
@@ -102,8 +104,8 @@ TEST(SquadMetrics, F1CountsCommonTokensWithMultiplicity) {
 }
 
 TEST(SquadMetrics, EmptyAnswersFollowEachVersionsRule) {
-  EXPECT_EQ(squad_f1("", "", false), 0.0);   // v1.1: nothing in common
-  EXPECT_EQ(squad_f1("", "", true), 1.0);    // v2.0: both say "no answer"
+  EXPECT_EQ(squad_f1("", "", false), 0.0);  // v1.1: nothing in common
+  EXPECT_EQ(squad_f1("", "", true), 1.0);   // v2.0: both say "no answer"
   EXPECT_EQ(squad_f1("", "The", true), 1.0);
   EXPECT_EQ(squad_f1("", "x", true), 0.0);
   EXPECT_EQ(squad_f1("x", "", true), 0.0);
@@ -144,8 +146,7 @@ TEST_P(SquadV1Fixture, MatchesOfficialScorer) {
   EXPECT_EQ(diagnostics.str(), std::ifstream(stderr_path) ? read_text(stderr_path) : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Predictions, SquadV1Fixture,
-                         ::testing::Values("gold_first", "perturbed_seed1", "perturbed_seed2"),
+INSTANTIATE_TEST_SUITE_P(Predictions, SquadV1Fixture, ::testing::Values("gold_first", "perturbed_seed1", "perturbed_seed2"),
                          [](const auto& case_info) { return case_info.param; });
 
 struct V2Case {
@@ -163,7 +164,8 @@ TEST_P(SquadV2Fixture, MatchesOfficialScorer) {
   options.v2 = true;
   if (with_na_prob) options.na_probs = read_no_answer_probabilities(dir + "/na_prob_" + mix + ".json");
   std::ostringstream diagnostics;
-  const ordered_json result = score_squad(dev_set(true), read_squad_predictions(dir + "/pred_" + mix + ".json"), options, diagnostics);
+  const ordered_json result =
+      score_squad(dev_set(true), read_squad_predictions(dir + "/pred_" + mix + ".json"), options, diagnostics);
   const std::string eval_name = "/eval_" + mix + (with_na_prob ? "_with_na_prob.json" : "_no_na_prob.json");
   expect_same_scores(result, ordered_json::parse(read_text(dir + eval_name)));
   EXPECT_EQ(diagnostics.str(), "");
@@ -232,7 +234,8 @@ const char* kTinyDataset = R"({"version": "v2.0", "data": [{"title": "t", "parag
     "qas": [{"id": "q1", "question": "who?", "answers": [{"text": "Denver Broncos", "answer_start": 0}]},
             {"id": "q2", "question": "when?", "answers": [], "is_impossible": true}]}]}]})";
 
-CommandRun score_tiny(const std::string& dataset_json, const std::string& predictions_json, const std::string& na_prob_json = "") {
+CommandRun score_tiny(const std::string& dataset_json, const std::string& predictions_json,
+                      const std::string& na_prob_json = "") {
   test::TempDir tmp;
   test::write_text(tmp.file("dev.json"), dataset_json);
   test::write_text(tmp.file("pred.json"), predictions_json);
@@ -315,8 +318,7 @@ TEST(ScoreCommand, V2MissingPredictionOrProbabilityIsAnError) {
   CommandRun missing = score_tiny(kTinyDataset, R"({"q1": "Denver"})");
   EXPECT_EQ(missing.status, 1);
   EXPECT_EQ(missing.out, "Missing prediction for q2\n");
-  EXPECT_NE(missing.err.find("pred.json: no prediction for 1 of the questions: q2"), std::string::npos)
-      << missing.err;
+  EXPECT_NE(missing.err.find("pred.json: no prediction for 1 of the questions: q2"), std::string::npos) << missing.err;
 
   CommandRun no_probability = score_tiny(kTinyDataset, R"({"q1": "Denver", "q2": ""})", R"({"q1": 0.5})");
   EXPECT_EQ(no_probability.status, 1);

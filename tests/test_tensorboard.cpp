@@ -14,9 +14,9 @@ namespace {
 // One field of protobuf wire format, decoded by hand (independently of the generated classes).
 struct WireField {
   uint32_t number;
-  int wire_type;     // 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32
-  uint64_t integer;  // varint or fixed value
-  std::string bytes; // length-delimited payload
+  int wire_type;      // 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32
+  uint64_t integer;   // varint or fixed value
+  std::string bytes;  // length-delimited payload
 };
 
 uint64_t parse_varint(const std::string& in, size_t& pos) {
@@ -44,8 +44,14 @@ std::vector<WireField> parse_message(const std::string& in) {
     WireField field{static_cast<uint32_t>(key >> 3), static_cast<int>(key & 7), 0, {}};
     switch (field.wire_type) {
       case 0: field.integer = parse_varint(in, pos); break;
-      case 1: field.integer = load_le(in, pos, 8); pos += 8; break;
-      case 5: field.integer = load_le(in, pos, 4); pos += 4; break;
+      case 1:
+        field.integer = load_le(in, pos, 8);
+        pos += 8;
+        break;
+      case 5:
+        field.integer = load_le(in, pos, 4);
+        pos += 4;
+        break;
       case 2: {
         const uint64_t length = parse_varint(in, pos);
         field.bytes = in.substr(pos, length);

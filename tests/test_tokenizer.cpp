@@ -160,9 +160,7 @@ TEST(TokenizerOffsets, DroppedCharactersExtendThePrecedingCharacter) {
   EXPECT_EQ(accented.offsets.back().begin, 4);
 }
 
-TEST(TokenizerErrors, InvalidUtf8IsAnInputError) {
-  EXPECT_THROW(hf_tokenizer().encode("ab\xff"), InputError);
-}
+TEST(TokenizerErrors, InvalidUtf8IsAnInputError) { EXPECT_THROW(hf_tokenizer().encode("ab\xff"), InputError); }
 
 TEST(VocabErrors, MissingSpecialTokensAreNamed) {
   test::TempDir dir;

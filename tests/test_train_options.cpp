@@ -37,10 +37,12 @@ class TrainOptions : public ::testing::Test {
     test::write_text(data_->file("eval-other-vocab/manifest.json"), manifest.dump());
     // Evaluation shards of another sequence length, as mpibert-prep makes them.
     const std::string prep = test::bin_dir() + "/mpibert-prep ";
-    auto split = test::run_command(prep + "split " + test::squad_v1_path() + " --articles 5:6 --out " + data_->file("eval.json") + " 2>&1");
+    auto split = test::run_command(prep + "split " + test::squad_v1_path() + " --articles 5:6 --out " + data_->file("eval.json") +
+                                   " 2>&1");
     ASSERT_EQ(split.exit_status, 0) << split.output;
-    auto prepared = test::run_command(prep + "--input " + data_->file("eval.json") + " --vocab " + test::vocab_path() + " --out " +
-                                      data_->file("eval-256") + " --split eval --max-seq-length 256 --log-level warn 2>&1");
+    auto prepared =
+        test::run_command(prep + "--input " + data_->file("eval.json") + " --vocab " + test::vocab_path() + " --out " +
+                          data_->file("eval-256") + " --split eval --max-seq-length 256 --log-level warn 2>&1");
     ASSERT_EQ(prepared.exit_status, 0) << prepared.output;
   }
   static void TearDownTestSuite() { delete data_; }
@@ -123,13 +125,15 @@ TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) 
   test::TempDir runs;
   const std::vector<BadOption> table = {
       // 24 features give 6 micro-batches of 4: an accumulation window of 8 never fills.
-      {"--gradient-accumulation 8", "--gradient-accumulation: 8: an optimizer step needs that many micro-batches, but an epoch "
-                                    "gives rank 0 only 6 (24 of the 24 features in batches of 4)"},
+      {"--gradient-accumulation 8",
+       "--gradient-accumulation: 8: an optimizer step needs that many micro-batches, but an epoch "
+       "gives rank 0 only 6 (24 of the 24 features in batches of 4)"},
       {"--eval-shards " + data_->file("eval-256"), "prepared with max_seq_length 256, the training shards with 384"},
       {"--eval-shards " + data_->file("eval-other-vocab"), "prepared with another vocabulary (other/vocab.txt)"},
   };
   expect_each_refused(table);
-  const test::CommandResult fits = train(runs.file("fits"), "--eval-shards " + data_->file("eval") + " --gradient-accumulation 2");
+  const test::CommandResult fits =
+      train(runs.file("fits"), "--eval-shards " + data_->file("eval") + " --gradient-accumulation 2");
   EXPECT_EQ(fits.exit_status, 0) << fits.output;
 }
 
@@ -140,7 +144,8 @@ TEST_F(TrainOptions, AnEarlierRunIsContinuedOrReplacedOnlyWhenAskedTo) {
   const std::string results = read_file(out + "/results.json");
   const test::CommandResult again = train(out, "--max-steps 2");
   EXPECT_EQ(again.exit_status, 1) << again.output;
-  EXPECT_NE(again.output.find("--output-dir: " + out + ": holds an earlier run (metrics.jsonl, results.json, checkpoint-2): "
+  EXPECT_NE(again.output.find("--output-dir: " + out +
+                              ": holds an earlier run (metrics.jsonl, results.json, checkpoint-2): "
                               "continue it with --resume auto"),
             std::string::npos)
       << again.output;

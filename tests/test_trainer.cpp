@@ -99,8 +99,8 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
     if (name.rfind("checkpoint-", 0) == 0) checkpoints.push_back(name);
   ASSERT_EQ(checkpoints.size(), 2u);
   EXPECT_EQ(test::TempDir::entries_of(run.file("checkpoint-" + std::to_string(steps))),
-            (std::vector<std::string>{"checksums.json", "config.json", "model.safetensors", "optimizer.safetensors", "rank-0.safetensors",
-                                      "tokenizer_config.json", "trainer_state.json", "vocab.txt"}));
+            (std::vector<std::string>{"checksums.json", "config.json", "model.safetensors", "optimizer.safetensors",
+                                      "rank-0.safetensors", "tokenizer_config.json", "trainer_state.json", "vocab.txt"}));
   const std::string events = run.file("tensorboard/" + test::TempDir::entries_of(run.file("tensorboard")).front());
   std::map<std::string, int> counts;
   for (const auto& scalar : read_tensorboard_scalars(events)) ++counts[scalar.tag];
@@ -261,13 +261,13 @@ TEST_F(Trainer, CommandLineTrainEvalAndPredict) {
   test::write_text(run.file("run.toml"), "[train]\nmodel-config = \"" + data_->file("config.json") + "\"\nvocab = \"" +
                                              test::vocab_path() + "\"\nepochs = 1\nbatch-size = 16\nlearning-rate = 0.002\n");
   const std::string mpibert = test::bin_dir() + "/mpibert ";
-  test::CommandResult trained = test::run_command(mpibert + "train --config " + run.file("run.toml") + " --train-shards " +
-                                                  data_->file("train") + " --eval-shards " + data_->file("eval") +
-                                                  " --output-dir " + run.file("out") + " --batch-size 8");
+  test::CommandResult trained =
+      test::run_command(mpibert + "train --config " + run.file("run.toml") + " --train-shards " + data_->file("train") +
+                        " --eval-shards " + data_->file("eval") + " --output-dir " + run.file("out") + " --batch-size 8");
   ASSERT_EQ(trained.exit_status, 0) << trained.output;
   EXPECT_NE(trained.output.find("eval_f1 = "), std::string::npos) << trained.output;
   const std::string resolved = read_file(run.file("out/train_config.toml"));
-  EXPECT_NE(resolved.find("batch-size=8"), std::string::npos) << resolved;       // the command line wins
+  EXPECT_NE(resolved.find("batch-size=8"), std::string::npos) << resolved;         // the command line wins
   EXPECT_NE(resolved.find("learning-rate=0.002"), std::string::npos) << resolved;  // the file fills the rest
   const auto results = nlohmann::json::parse(read_file(run.file("out/results.json")));
   EXPECT_EQ(results["parameters"]["batch_size"], 8);
@@ -309,8 +309,9 @@ TEST_F(Trainer, RunQaOptionNamesAreAccepted) {
                              " --do_train --do_eval --per_device_train_batch_size 8 --per_device_eval_batch_size 16"
                              " --learning_rate 3e-5 --num_train_epochs 1 --warmup_ratio 0.1 --weight_decay 0.01"
                              " --gradient_accumulation_steps 2 --seed 7 --save_steps 2 --logging_steps 1 --bf16"
-                             " --train-shards " + data_->file("train") + " --eval-shards " + data_->file("eval") +
-                             " --max-steps 2 --output_dir " + run.file("out");
+                             " --train-shards " +
+                             data_->file("train") + " --eval-shards " + data_->file("eval") + " --max-steps 2 --output_dir " +
+                             run.file("out");
   test::CommandResult trained = test::run_command(run_qa + " --max_seq_length 384 --doc_stride 128");
   ASSERT_EQ(trained.exit_status, 0) << trained.output;
   const std::string resolved = read_file(run.file("out/train_config.toml"));
@@ -325,8 +326,9 @@ TEST_F(Trainer, RunQaOptionNamesAreAccepted) {
   test::CommandResult longer = test::run_command(run_qa + "-2 --max_seq_length 256");
   EXPECT_NE(longer.exit_status, 0);
   EXPECT_NE(longer.output.find(data_->file("train") + "/manifest.json: prepared with max_seq_length 384, but this run asks "
-                               "for 256: prepare the shards again with mpibert-prep --max-seq-length 256"),
-            std::string::npos) << longer.output;
+                                                      "for 256: prepare the shards again with mpibert-prep --max-seq-length 256"),
+            std::string::npos)
+      << longer.output;
   test::CommandResult stride = test::run_command(run_qa + "-3 --doc_stride 64");
   EXPECT_NE(stride.output.find("prepared with doc_stride 128, but this run asks for 64"), std::string::npos) << stride.output;
   test::CommandResult eval_without_shards =
@@ -407,7 +409,8 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
     train(o);
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoint of another model shape: intermediate_size 128 (this run: 64)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("checkpoint of another model shape: intermediate_size 128 (this run: 64)"),
+              std::string::npos)
         << e.what();
   }
   o.model_config = data_->file("config.json");
@@ -489,7 +492,8 @@ TEST_F(Trainer, RefusesAVocabOtherThanTheShardsWerePreparedWith) {
     train(o);
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(run.file("vocab.txt") + ": is not the vocabulary " + run.file("train") + " was prepared with"),
+    EXPECT_NE(std::string(e.what()).find(run.file("vocab.txt") + ": is not the vocabulary " + run.file("train") +
+                                         " was prepared with"),
               std::string::npos)
         << e.what();
   }

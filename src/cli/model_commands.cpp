@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "mpibert/cli/commands.hpp"
+#include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/data/shard_building.hpp"
+#include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/runtime/peers.hpp"
-#include "mpibert/model/hf_model_dir.hpp"
-#include "mpibert/core/error.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/trainer.hpp"
 
@@ -98,8 +98,9 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   c->fallthrough();
   impl_->add_train_options();
   for (CLI::App* command : {impl_->eval = app.add_subcommand("eval", "evaluate an HF model directory on prepared shards"),
-                            impl_->predict = app.add_subcommand("predict", "answer one question about one context")}) {
-    command->add_option("--model", impl_->model_dir, "HF model directory (config.json, model.safetensors, vocab.txt)")->required();
+                           impl_->predict = app.add_subcommand("predict", "answer one question about one context")}) {
+    command->add_option("--model", impl_->model_dir, "HF model directory (config.json, model.safetensors, vocab.txt)")
+        ->required();
     command->add_option("--n-best-size", impl_->postprocess.n_best_size)->capture_default_str();
     command->add_option("--max-answer-length", impl_->postprocess.max_answer_length)->capture_default_str();
     command->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
@@ -235,8 +236,7 @@ int ModelCommands::run() {
 int ModelCommands::Impl::run_eval() {
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
   model->to(select_device(device, local_rank()));
-  EvalResult result =
-      evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess, eval_padding);
+  EvalResult result = evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess, eval_padding);
   if (world_rank() != 0) return 0;
   // run_qa's eval_results.json (HF's names, sorted keys), and the number of ranks that evaluated.
   nlohmann::json metrics = eval_metrics_as_hf(result, world_size());
@@ -258,8 +258,11 @@ int ModelCommands::Impl::run_predict() {
   const FeatureLogits logits = compute_logits(model, store, batch_size);
   const ExamplePrediction prediction = postprocess_qa_predictions(store, logits.start, logits.end, postprocess).front();
   const Candidate& best = prediction.nbest.front();
-  nlohmann::ordered_json answer = {{"answer", prediction.text}, {"score", best.score}, {"probability", best.probability},
-                                   {"start", best.char_begin}, {"end", best.char_end}};
+  nlohmann::ordered_json answer = {{"answer", prediction.text},
+                                   {"score", best.score},
+                                   {"probability", best.probability},
+                                   {"start", best.char_begin},
+                                   {"end", best.char_end}};
   if (prediction.null_score_diff) answer["null_score_diff"] = *prediction.null_score_diff;
   std::cout << answer.dump() << "\n";
   return 0;
@@ -276,15 +279,17 @@ void ModelCommands::Impl::check_command_line() {
                               "\"The bert-base recipe\""));
   if (options.vocab.empty()) {
     if (options.model_dir.empty() || !std::filesystem::exists(options.model_dir + "/vocab.txt"))
-      throw InputError(std::string("--vocab is required: ") +
-                       (options.model_dir.empty() ? "a random model has no vocabulary" : options.model_dir + " has no vocab.txt"));
+      throw InputError(std::string("--vocab is required: ") + (options.model_dir.empty()
+                                                                   ? "a random model has no vocabulary"
+                                                                   : options.model_dir + " has no vocab.txt"));
     options.vocab = options.model_dir + "/vocab.txt";
   }
   if (do_eval && options.eval_dir.empty())
     throw InputError("--do_eval needs --eval-shards (shards prepared with mpibert-prep --split eval)");
   if (threads < 0) throw InputError(describe("--threads", std::to_string(threads), "must be at least 0 (0: LibTorch's default)"));
   if (!(collective_timeout >= 0))
-    throw InputError(describe("--collective-timeout", std::to_string(collective_timeout), "must be at least 0 (0: wait forever)"));
+    throw InputError(describe("--collective-timeout", std::to_string(collective_timeout),
+                              "must be at least 0 (0: wait forever)"));
 }
 
 int ModelCommands::Impl::run_train() {

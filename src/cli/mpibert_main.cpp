@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
 
   std::string dataset, predictions, na_prob_file, out_file;
   double na_prob_thresh = 1.0;
-  auto* score = app.add_subcommand("score", "score SQuAD predictions exactly as the official evaluate-v1.1.py / evaluate-v2.0.py");
+  auto* score =
+      app.add_subcommand("score", "score SQuAD predictions exactly as the official evaluate-v1.1.py / evaluate-v2.0.py");
   score->add_option("--dataset", dataset, "SQuAD dataset (.json or .json.gz)")->required();
   score->add_option("--predictions", predictions, "JSON object {question id: answer}")->required();
   score->add_option("--na-prob-file", na_prob_file, "v2.0: JSON object {question id: no-answer probability}");

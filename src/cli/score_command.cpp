@@ -24,8 +24,10 @@ int score_command(const std::string& dataset_path, const std::string& prediction
     }
     // evaluate-v1.1.py reports unanswered questions on stderr, evaluate-v2.0.py on stdout.
     const nlohmann::ordered_json result = score_squad(data, predictions, options, options.v2 ? out : err);
-    if (!out_file.empty()) write_file_atomic(out_file, python_json_dumps(result, false));
-    else out << python_json_dumps(result, options.v2) << '\n';
+    if (!out_file.empty())
+      write_file_atomic(out_file, python_json_dumps(result, false));
+    else
+      out << python_json_dumps(result, options.v2) << '\n';
     out.flush();
     return 0;
   } catch (const InputError& e) {

@@ -11,9 +11,8 @@ namespace mpibert {
 
 const char* mpi_algorithm_name(MpiAlgorithm algorithm) { return algorithm == MpiAlgorithm::kOpenMpi ? "openmpi" : "ring"; }
 
-std::unique_ptr<Communicator> make_communicator(DeviceChoice device_choice, CommChoice comm,
-                                                const torch::Device& device, double timeout_seconds,
-                                                const MpiCollectives& mpi_collectives) {
+std::unique_ptr<Communicator> make_communicator(DeviceChoice device_choice, CommChoice comm, const torch::Device& device,
+                                                double timeout_seconds, const MpiCollectives& mpi_collectives) {
   BackendChoice choice;
   try {
     const std::vector<RankPlacement> placements = gather_placements(device);

@@ -79,7 +79,9 @@ std::shared_ptr<Work> CommunicatorFront::track(const std::string& what, int64_t 
   return work;
 }
 
-void CommunicatorFront::start_watchdog() { watchdog_ = std::thread([this] { run_watchdog(); }); }
+void CommunicatorFront::start_watchdog() {
+  watchdog_ = std::thread([this] { run_watchdog(); });
+}
 
 void CommunicatorFront::stop_watchdog() {
   in_flight_.stop();

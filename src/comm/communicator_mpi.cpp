@@ -2,7 +2,8 @@
 // communicator takes operations in call order and runs each as a blocking MPI collective on a
 // private duplicate of MPI_COMM_WORLD, while the caller's thread goes on computing. Blocking
 // collectives (faster than non-blocking ones polled by MPI_Test: docs/measurements.md) are
-// mpibert's ring for large buffers (mpi_ring.hpp) and Open MPI's tuned algorithms below. The front (communicator_front.hpp) checks, counts and enforces the collective timeout.
+// mpibert's ring for large buffers (mpi_ring.hpp) and Open MPI's tuned algorithms below. The front (communicator_front.hpp)
+// checks, counts and enforces the collective timeout.
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
@@ -14,11 +15,11 @@
 #include <mutex>
 #include <thread>
 
+#include "communicator_front.hpp"
+#include "mpi_ring.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
 #include "mpibert/runtime/mpi_own_allocations.hpp"
-#include "communicator_front.hpp"
-#include "mpi_ring.hpp"
 
 namespace mpibert {
 namespace {
@@ -30,7 +31,8 @@ MPI_Datatype mpi_type(const torch::Tensor& tensor) {
     case torch::kLong: return MPI_INT64_T;
     case torch::kInt: return MPI_INT32_T;
     case torch::kByte: return MPI_UINT8_T;
-    default: throw std::invalid_argument(std::string("MPI communicator: unsupported dtype ") + c10::toString(tensor.scalar_type()));
+    default:
+      throw std::invalid_argument(std::string("MPI communicator: unsupported dtype ") + c10::toString(tensor.scalar_type()));
   }
 }
 
@@ -189,9 +191,8 @@ class MpiCommunicator : public CommunicatorFront {
     const int count = count_of(tensor);
     Staging staging;
     torch::Tensor data = staging.output(tensor);
-    return enqueue(what, std::move(staging), [this, data, root, type, count] {
-      MPI_Bcast(data.data_ptr(), count, type, root, comm_);
-    });
+    return enqueue(what, std::move(staging),
+                   [this, data, root, type, count] { MPI_Bcast(data.data_ptr(), count, type, root, comm_); });
   }
 
   std::shared_ptr<Work> issue_barrier(const std::string& what) override {

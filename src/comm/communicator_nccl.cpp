@@ -20,10 +20,10 @@
 #include <functional>
 #include <thread>
 
-#include "mpibert/runtime/mpi_wait.hpp"
+#include "communicator_front.hpp"
 #include "mpibert/core/time.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
-#include "communicator_front.hpp"
+#include "mpibert/runtime/mpi_wait.hpp"
 #endif
 
 namespace mpibert {
@@ -56,7 +56,8 @@ ncclDataType_t nccl_type(const torch::Tensor& tensor) {
     case torch::kLong: return ncclInt64;
     case torch::kInt: return ncclInt32;
     case torch::kByte: return ncclUint8;
-    default: throw std::invalid_argument(std::string("NCCL communicator: unsupported dtype ") + c10::toString(tensor.scalar_type()));
+    default:
+      throw std::invalid_argument(std::string("NCCL communicator: unsupported dtype ") + c10::toString(tensor.scalar_type()));
   }
 }
 
@@ -180,9 +181,12 @@ class NcclCommunicator : public CommunicatorFront {
   // An all-reduce of a token that the host waits for; the watchdog still ends the job past the timeout.
   std::shared_ptr<Work> issue_barrier(const std::string& what) override {
     const auto token = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA, device_));
-    return launch("ncclAllReduce", what, {token}, [&](cudaStream_t stream) {
-      return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat, ncclSum, comm_, stream);
-    }, true);
+    return launch(
+        "ncclAllReduce", what, {token},
+        [&](cudaStream_t stream) {
+          return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat, ncclSum, comm_, stream);
+        },
+        true);
   }
 
   // Operations finish in stream order: the front polls the oldest. Its clock starts when it starts

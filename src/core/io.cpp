@@ -56,8 +56,7 @@ std::string gunzip(const std::string& path, const std::string& compressed) {
   inflateEnd(&stream);
   if (status != Z_STREAM_END) {
     std::string problem = status == Z_BUF_ERROR
-                              ? "gzip stream is truncated (ended after " + std::to_string(stream.total_in) +
-                                    " compressed bytes)"
+                              ? "gzip stream is truncated (ended after " + std::to_string(stream.total_in) + " compressed bytes)"
                               : "gzip stream is corrupt" + (zlib_message.empty() ? "" : " (" + zlib_message + ")");
     throw InputError(describe(path, "", problem));
   }
@@ -99,9 +98,7 @@ FileChecksum checksum_file(const std::string& path) {
   return sum;
 }
 
-std::string temporary_path_for(const std::string& final_path) {
-  return final_path + ".tmp." + std::to_string(::getpid());
-}
+std::string temporary_path_for(const std::string& final_path) { return final_path + ".tmp." + std::to_string(::getpid()); }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   const std::string tmp = temporary_path_for(path);

@@ -85,8 +85,7 @@ bool is_python_space(char32_t c) {
   if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c == 0x85) return true;
   if (c < 0x80) return false;
   auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return category == UTF8PROC_CATEGORY_ZS || category == UTF8PROC_CATEGORY_ZL ||
-         category == UTF8PROC_CATEGORY_ZP;
+  return category == UTF8PROC_CATEGORY_ZS || category == UTF8PROC_CATEGORY_ZL || category == UTF8PROC_CATEGORY_ZP;
 }
 
 std::string lstrip(std::string_view text) {

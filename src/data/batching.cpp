@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-
 namespace mpibert {
 
 const char* padding_name(Padding padding) {
@@ -83,8 +82,8 @@ void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOpt
 
 }  // namespace
 
-Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding,
-                 int64_t pad_token_id, bool pin_memory) {
+Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding, int64_t pad_token_id,
+                 bool pin_memory) {
   Batch batch;
   batch.feature_indices = feature_indices;
   const auto options = torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin_memory);
@@ -125,7 +124,8 @@ BatchLoader::~BatchLoader() {
 
 void BatchLoader::start(int64_t micro_batch) {
   const auto first = order_.begin() + micro_batch * batch_size_;
-  std::vector<int64_t> indices(first, first + std::min<int64_t>(batch_size_, static_cast<int64_t>(order_.size()) - micro_batch * batch_size_));
+  std::vector<int64_t> indices(first, first + std::min<int64_t>(batch_size_,
+                                                                static_cast<int64_t>(order_.size()) - micro_batch * batch_size_));
   const bool pin = device_.is_cuda();
   pending_ = std::async(std::launch::async, [this, indices = std::move(indices), pin] {
     // Pinned memory belongs to the thread's current CUDA device: this rank's, not device 0 (where

@@ -48,8 +48,7 @@ void FeatureStore::add_shard(Shard shard) {
 
 FeatureView FeatureStore::feature(int64_t index) const {
   if (index < 0 || index >= num_features())
-    throw std::out_of_range("feature " + std::to_string(index) + " out of range [0, " +
-                            std::to_string(num_features()) + ")");
+    throw std::out_of_range("feature " + std::to_string(index) + " out of range [0, " + std::to_string(num_features()) + ")");
   const int32_t shard = feature_shard_[index];
   const FeatureTable& table = shards_[shard].features;
   const size_t local = static_cast<size_t>(index - shard_first_feature_[shard]);
@@ -66,14 +65,12 @@ FeatureView FeatureStore::feature(int64_t index) const {
 
 ExampleView FeatureStore::example(int64_t index) const {
   if (index < 0 || index >= num_examples())
-    throw std::out_of_range("example " + std::to_string(index) + " out of range [0, " +
-                            std::to_string(num_examples()) + ")");
+    throw std::out_of_range("example " + std::to_string(index) + " out of range [0, " + std::to_string(num_examples()) + ")");
   // The last shard starting at or before `index`; empty shards before it share its first_example.
   const std::vector<ShardEntry>& entries = manifest_.shards;
-  const auto holder =
-      std::upper_bound(entries.begin(), entries.end(), index,
-                       [](int64_t i, const ShardEntry& entry) { return i < entry.first_example; }) -
-      1;
+  const auto holder = std::upper_bound(entries.begin(), entries.end(), index,
+                                       [](int64_t i, const ShardEntry& entry) { return i < entry.first_example; }) -
+                      1;
   const ExampleRecords& records = shards_[holder - entries.begin()].examples;
   const size_t local = static_cast<size_t>(index - holder->first_example);
   return {&records.ids[local], &records.questions[local], &records.contexts[records.context_indices[local]],

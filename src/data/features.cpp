@@ -22,8 +22,8 @@ void validate(const FeatureParams& params) {
 // run past the window's last token into [SEP]/padding when the answer starts at that last token
 // (its comment calls it an edge case); here the scan stops at the window's end, so the label is
 // that last token, which is what the rule above asks for.
-std::pair<int, int> window_labels(const Encoding& context, int64_t window_begin, int64_t window_end,
-                                  int64_t start_char, int64_t end_char) {
+std::pair<int, int> window_labels(const Encoding& context, int64_t window_begin, int64_t window_end, int64_t start_char,
+                                  int64_t end_char) {
   const auto& offsets = context.offsets;
   if (window_begin == window_end) return {-1, -1};
   if (!(offsets[window_begin].begin <= start_char && offsets[window_end - 1].end >= end_char)) return {-1, -1};
@@ -60,7 +60,8 @@ FeatureTable make_features(const SquadDataset& data, int64_t first_example, int6
     const int64_t window = params.max_seq_length - static_cast<int64_t>(question.size()) - 3;
     if (window < 1)
       throw InputError(describe(data.path, record,
-                                "question has " + std::to_string(question.size()) + " tokens, leaving no room for context in max_seq_length " +
+                                "question has " + std::to_string(question.size()) +
+                                    " tokens, leaving no room for context in max_seq_length " +
                                     std::to_string(params.max_seq_length) + " (set --max-query-length to truncate questions)"));
     const bool needs_windows = static_cast<int64_t>(context.size()) > window;
     if (needs_windows && window <= params.doc_stride)
@@ -92,7 +93,9 @@ FeatureTable make_features(const SquadDataset& data, int64_t first_example, int6
       }
       table.offsets.insert(table.offsets.end(), {-1, -1});
 
-      auto [start, stop] = start_char < 0 ? std::pair<int, int>{-1, -1} : window_labels(context, static_cast<int64_t>(begin), static_cast<int64_t>(end), start_char, end_char);
+      auto [start, stop] =
+          start_char < 0 ? std::pair<int, int>{-1, -1}
+                         : window_labels(context, static_cast<int64_t>(begin), static_cast<int64_t>(end), start_char, end_char);
       const bool inside = start >= 0;
       table.start_positions.push_back(inside ? static_cast<uint16_t>(context_start + start) : 0);
       table.end_positions.push_back(inside ? static_cast<uint16_t>(context_start + stop) : 0);

@@ -27,8 +27,7 @@ std::string hdf5_error_detail() {
   const size_t begin = innermost.find(marker);
   if (begin == std::string::npos) return innermost;
   const size_t end = innermost.find('\'', begin + marker.size());
-  return innermost.substr(0, innermost.find(':')) + ": " +
-         innermost.substr(begin + marker.size(), end - begin - marker.size());
+  return innermost.substr(0, innermost.find(':')) + ": " + innermost.substr(begin + marker.size(), end - begin - marker.size());
 }
 
 ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
@@ -47,8 +46,7 @@ void ShardFile::create_in_memory() {
 
 std::string ShardFile::image_and_close() {
   check(H5Fflush(file_.get(), H5F_SCOPE_LOCAL), "", "cannot flush");
-  std::string image(
-      static_cast<size_t>(check(H5Fget_file_image(file_.get(), nullptr, 0), "", "cannot get image")), '\0');
+  std::string image(static_cast<size_t>(check(H5Fget_file_image(file_.get(), nullptr, 0), "", "cannot get image")), '\0');
   check(H5Fget_file_image(file_.get(), image.data(), image.size()), "", "cannot get image");
   check(file_.close(), "", "cannot close");
   return image;

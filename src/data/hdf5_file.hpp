@@ -110,8 +110,8 @@ void write_attribute(const ShardFile& file, const char* name, const T& value) {
   } else {
     types = hdf5_types<T>();
   }
-  Handle attribute = file.own(H5Acreate2(file.id(), name, types.first, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                              H5Aclose, record, "cannot create");
+  Handle attribute = file.own(H5Acreate2(file.id(), name, types.first, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose, record,
+                              "cannot create");
   file.check(H5Awrite(attribute.get(), types.second, buffer), record, "cannot write");
   file.check(attribute.close(), record, "cannot write");
 }
@@ -158,40 +158,34 @@ void write_dataset(const ShardFile& file, const std::string& name, const std::ve
   file.check(H5Pset_deflate(layout.get(), kDeflateLevel), record, "cannot set deflate filter");
   file.check(H5Pset_fletcher32(layout.get()), record, "cannot set checksum filter");
   const auto [stored, native] = hdf5_types<T>();
-  Handle dataset =
-      file.own(H5Dcreate2(file.id(), name.c_str(), stored, space.get(), links.get(), layout.get(), H5P_DEFAULT),
-               H5Dclose, record, "cannot create");
-  if (rows > 0)
-    file.check(H5Dwrite(dataset.get(), native, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), record,
-               "cannot write");
+  Handle dataset = file.own(H5Dcreate2(file.id(), name.c_str(), stored, space.get(), links.get(), layout.get(), H5P_DEFAULT),
+                            H5Dclose, record, "cannot create");
+  if (rows > 0) file.check(H5Dwrite(dataset.get(), native, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), record, "cannot write");
   file.check(dataset.close(), record, "cannot write");
 }
 
 template <class T>
 std::vector<T> read_dataset(const ShardFile& file, const std::string& name, hsize_t columns) {
   const std::string record = dataset_record(name);
-  Handle dataset =
-      file.own(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT), H5Dclose, record, "missing or unreadable");
+  Handle dataset = file.own(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT), H5Dclose, record, "missing or unreadable");
   Handle type = file.own(H5Dget_type(dataset.get()), H5Tclose, record, "cannot read type");
   Handle space = file.own(H5Dget_space(dataset.get()), H5Sclose, record, "cannot read dataspace");
   const auto [stored, native] = hdf5_types<T>();
   if (H5Tequal(type.get(), stored) <= 0) file.fail(record, "has an unexpected element type");
   const int rank = columns == 1 ? 1 : 2;
   if (H5Sget_simple_extent_ndims(space.get()) != rank)
-    file.fail(record, "has " + std::to_string(H5Sget_simple_extent_ndims(space.get())) + " dimensions, expected " +
-                          std::to_string(rank));
+    file.fail(record,
+              "has " + std::to_string(H5Sget_simple_extent_ndims(space.get())) + " dimensions, expected " + std::to_string(rank));
   hsize_t dims[2] = {0, 1};
   file.check(H5Sget_simple_extent_dims(space.get(), dims, nullptr), record, "cannot read dataspace");
-  if (dims[1] != columns)
-    file.fail(record, "has " + std::to_string(dims[1]) + " columns, expected " + std::to_string(columns));
+  if (dims[1] != columns) file.fail(record, "has " + std::to_string(dims[1]) + " columns, expected " + std::to_string(columns));
   hsize_t file_size = 0;
   file.check(H5Fget_filesize(file.id(), &file_size), record, "cannot read file size");
   if (dims[0] > file_size * kMaxExpansion / (columns * sizeof(T)))
     file.fail(record, "claims " + std::to_string(dims[0]) + " rows, more than the file can hold");
   std::vector<T> values(dims[0] * columns);
   if (!values.empty())
-    file.check(H5Dread(dataset.get(), native, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), record,
-               "cannot read");
+    file.check(H5Dread(dataset.get(), native, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), record, "cannot read");
   return values;
 }
 

@@ -21,9 +21,8 @@ void check_matches_manifest(const std::string& path, const ShardHeader& header, 
                             const ShardEntry& entry) {
   auto expect_same = [&](const char* attribute, const Json& in_shard, const Json& in_manifest) {
     if (in_shard != in_manifest)
-      throw InputError(
-          describe(path, std::string("attribute ") + attribute,
-                   "is " + in_shard.dump() + ", but " + kManifestName + " says " + in_manifest.dump()));
+      throw InputError(describe(path, std::string("attribute ") + attribute,
+                                "is " + in_shard.dump() + ", but " + kManifestName + " says " + in_manifest.dump()));
   };
   expect_same("split", header.split, manifest.split);
   expect_same("tool_version", header.tool_version, manifest.tool_version);
@@ -101,18 +100,17 @@ Manifest read_manifest(const std::string& dir) {
       fields.fail(name + ".file", "must be a file name inside the directory");
     if (entry.first_example != next_example)
       fields.fail(name + ".first_example", "is " + std::to_string(entry.first_example) + ", expected " +
-                                               std::to_string(next_example) +
-                                               " (shards must cover examples in order)");
+                                               std::to_string(next_example) + " (shards must cover examples in order)");
     next_example += entry.num_examples;
     total_features += entry.num_features;
     manifest.shards.push_back(std::move(entry));
   }
   if (next_example != manifest.num_examples)
-    fields.fail("num_examples", "is " + std::to_string(manifest.num_examples) + ", but the shards hold " +
-                                    std::to_string(next_example));
+    fields.fail("num_examples",
+                "is " + std::to_string(manifest.num_examples) + ", but the shards hold " + std::to_string(next_example));
   if (total_features != manifest.num_features)
-    fields.fail("num_features", "is " + std::to_string(manifest.num_features) + ", but the shards hold " +
-                                    std::to_string(total_features));
+    fields.fail("num_features",
+                "is " + std::to_string(manifest.num_features) + ", but the shards hold " + std::to_string(total_features));
   return manifest;
 }
 

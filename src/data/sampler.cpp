@@ -68,7 +68,9 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
     std::vector<int64_t> order = epoch_permutation(num_samples_, seed_, epoch);
     if (!lengths_.empty() && !order.empty()) {
       const int64_t megabatch = std::max<int64_t>(1, std::min<int64_t>(num_samples_ / (batch_size_ * 4), 50)) * batch_size_;
-      const auto longer = [&](int64_t a, int64_t b) { return lengths_[static_cast<size_t>(a)] > lengths_[static_cast<size_t>(b)]; };
+      const auto longer = [&](int64_t a, int64_t b) {
+        return lengths_[static_cast<size_t>(a)] > lengths_[static_cast<size_t>(b)];
+      };
       size_t longest_megabatch = 0;
       for (size_t begin = 0; begin < order.size(); begin += static_cast<size_t>(megabatch)) {
         const auto end = std::min(order.size(), begin + static_cast<size_t>(megabatch));

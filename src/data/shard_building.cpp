@@ -69,8 +69,9 @@ void write_article_subset(const std::string& input, int64_t begin, int64_t end, 
   if (begin < 0) begin += count;
   if (end < 0) end += count;
   if (begin < 0 || end > count || begin >= end)
-    throw InputError(describe(input, "", "--articles " + std::to_string(begin) + ":" + std::to_string(end) +
-                                             " is not a non-empty range of its " + std::to_string(count) + " articles"));
+    throw InputError(describe(input, "",
+                              "--articles " + std::to_string(begin) + ":" + std::to_string(end) +
+                                  " is not a non-empty range of its " + std::to_string(count) + " articles"));
   nlohmann::ordered_json root = nlohmann::ordered_json::parse(text);
   auto& articles = root["data"];
   articles = nlohmann::ordered_json(articles.begin() + begin, articles.begin() + end);
@@ -106,7 +107,9 @@ nlohmann::ordered_json inspect_shards(const std::string& dir) {
     ++answerable;
     answers_lost += !answer_inside[e];
   }
-  auto share = [](int64_t part, int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0; };
+  auto share = [](int64_t part, int64_t whole) {
+    return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+  };
   nlohmann::ordered_json shards = nlohmann::ordered_json::array();
   for (const auto& shard : manifest.shards)
     shards.push_back({{"file", shard.file}, {"examples", shard.num_examples}, {"features", shard.num_features}});

@@ -86,8 +86,8 @@ void check_consistent(const ShardFile& file, const Shard& shard) {
   });
   const int64_t total_length = std::accumulate(f.lengths.begin(), f.lengths.end(), int64_t{0});
   if (total_length != counts[0])
-    file.fail(dataset_record("/features/lengths"), "sums to " + std::to_string(total_length) + " tokens, but " +
-                                                       "input_ids has " + std::to_string(counts[0]));
+    file.fail(dataset_record("/features/lengths"),
+              "sums to " + std::to_string(total_length) + " tokens, but " + "input_ids has " + std::to_string(counts[0]));
   for (size_t i = 0; i < f.num_features(); ++i) {
     const std::string where = " (feature " + std::to_string(i) + ")";
     auto past_end = [&](uint16_t position) { return position != 0 && position >= f.lengths[i]; };
@@ -95,15 +95,13 @@ void check_consistent(const ShardFile& file, const Shard& shard) {
       file.fail(dataset_record("/features/context_starts"), "points past the feature's end" + where);
     if (past_end(f.start_positions[i]) || past_end(f.end_positions[i]))
       file.fail(dataset_record("/features/start_positions"), "answer points past the feature's end" + where);
-    if (f.example_indices[i] < header.first_example ||
-        f.example_indices[i] >= header.first_example + header.num_examples)
+    if (f.example_indices[i] < header.first_example || f.example_indices[i] >= header.first_example + header.num_examples)
       file.fail(dataset_record("/features/example_indices"),
                 "example " + std::to_string(f.example_indices[i]) + " is outside the shard's examples" + where);
   }
   for (int32_t context : shard.examples.context_indices)
     if (context < 0 || static_cast<size_t>(context) >= shard.examples.contexts.size())
-      file.fail(dataset_record("/examples/context_indices"),
-                "context " + std::to_string(context) + " does not exist");
+      file.fail(dataset_record("/examples/context_indices"), "context " + std::to_string(context) + " does not exist");
 }
 
 ShardHeader read_header(const ShardFile& file) {
@@ -112,8 +110,8 @@ ShardHeader read_header(const ShardFile& file) {
     field = read_attribute<std::decay_t<decltype(field)>>(file, name);
   });
   if (header.format_version != kShardFormatVersion)
-    file.fail("attribute format_version", "unsupported version " + std::to_string(header.format_version) +
-                                              " (this build reads " + std::to_string(kShardFormatVersion) + ")");
+    file.fail("attribute format_version", "unsupported version " + std::to_string(header.format_version) + " (this build reads " +
+                                              std::to_string(kShardFormatVersion) + ")");
   return header;
 }
 
@@ -123,8 +121,7 @@ void write_shard(const std::string& path, const Shard& shard) {
   ShardFile file(path);
   check_consistent(file, shard);
   file.create_in_memory();
-  for_each_header_field(shard.header,
-                        [&](const char* name, const auto& field) { write_attribute(file, name, field); });
+  for_each_header_field(shard.header, [&](const char* name, const auto& field) { write_attribute(file, name, field); });
   for_each_array(shard, [&](const std::string& name, const auto& values, Extent, hsize_t columns) {
     if constexpr (std::is_same_v<std::decay_t<decltype(values)>, std::vector<std::string>>)
       write_strings(file, name, values);

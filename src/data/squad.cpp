@@ -102,7 +102,8 @@ SquadDataset parse_squad(const std::string& path, const std::string& text) {
     for (size_t p = 0; p < paragraphs.size(); ++p) {
       const std::string paragraph_record = article_record + ".paragraphs[" + std::to_string(p) + "]";
       check.require_object(paragraphs[p], paragraph_record);
-      const auto& context = check.member(paragraphs[p], "context", json::value_t::string, paragraph_record).get_ref<const std::string&>();
+      const auto& context =
+          check.member(paragraphs[p], "context", json::value_t::string, paragraph_record).get_ref<const std::string&>();
       const json& qas = check.member(paragraphs[p], "qas", json::value_t::array, paragraph_record);
       utf8::decode(context, context_chars);
       const auto context_index = static_cast<int32_t>(data.contexts.size());
@@ -132,7 +133,8 @@ SquadDataset parse_squad(const std::string& path, const std::string& text) {
           int64_t start_value = start.get<int64_t>();
           utf8::decode(answer.text, answer_chars);
           if (answer_chars.empty()) check.fail(answer_record, "answer text is empty");
-          if (start_value < 0 || start_value + static_cast<int64_t>(answer_chars.size()) > static_cast<int64_t>(context_chars.size()))
+          if (start_value < 0 ||
+              start_value + static_cast<int64_t>(answer_chars.size()) > static_cast<int64_t>(context_chars.size()))
             check.fail(answer_record, "answer_start " + std::to_string(start_value) + " with an answer of " +
                                           std::to_string(answer_chars.size()) + " characters falls outside the context (" +
                                           std::to_string(context_chars.size()) + " characters)");

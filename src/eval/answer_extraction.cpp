@@ -19,9 +19,8 @@ std::vector<int32_t> top_indices(const float* values, int32_t count, int64_t n) 
   std::vector<int32_t> order(static_cast<size_t>(count));
   std::iota(order.begin(), order.end(), 0);
   const auto keep = static_cast<size_t>(std::min<int64_t>(n, count));
-  std::partial_sort(order.begin(), order.begin() + static_cast<long>(keep), order.end(), [&](int32_t a, int32_t b) {
-    return values[a] != values[b] ? values[a] > values[b] : a > b;
-  });
+  std::partial_sort(order.begin(), order.begin() + static_cast<long>(keep), order.end(),
+                    [&](int32_t a, int32_t b) { return values[a] != values[b] ? values[a] > values[b] : a > b; });
   order.resize(keep);
   return order;
 }
@@ -57,14 +56,16 @@ std::vector<ExamplePrediction> postprocess_qa_predictions(const FeatureStore& st
       }
     }
     if (options.version_2_with_negative && null_candidate) candidates.push_back(*null_candidate);
-    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
     if (candidates.size() > static_cast<size_t>(options.n_best_size)) candidates.resize(static_cast<size_t>(options.n_best_size));
     const auto is_null = [](const Candidate& c) { return c.char_begin < 0; };
     if (options.version_2_with_negative && null_candidate && std::none_of(candidates.begin(), candidates.end(), is_null))
       candidates.push_back(*null_candidate);
     for (Candidate& candidate : candidates)
       if (!is_null(candidate))
-        candidate.text = utf8::substr(*example.context, static_cast<size_t>(candidate.char_begin), static_cast<size_t>(candidate.char_end));
+        candidate.text =
+            utf8::substr(*example.context, static_cast<size_t>(candidate.char_begin), static_cast<size_t>(candidate.char_end));
     if (candidates.empty() || (candidates.size() == 1 && candidates[0].text.empty()))
       candidates.insert(candidates.begin(), Candidate{"empty", 0, 0, 0, 0, -1, -1});
 
@@ -99,7 +100,8 @@ void write_prediction_files(const std::vector<ExamplePrediction>& predictions, c
     answers[prediction.id] = prediction.text;
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const Candidate& c : prediction.nbest)
-      list.push_back({{"start_logit", c.start_logit}, {"end_logit", c.end_logit}, {"text", c.text}, {"probability", c.probability}});
+      list.push_back(
+          {{"start_logit", c.start_logit}, {"end_logit", c.end_logit}, {"text", c.text}, {"probability", c.probability}});
     nbest[prediction.id] = std::move(list);
     if (prediction.null_score_diff) null_odds[prediction.id] = *prediction.null_score_diff;
   }

@@ -29,20 +29,21 @@ char32_t simple_upper(char32_t c) { return static_cast<char32_t>(utf8proc_touppe
 // and negative circled letters; the modifier letters among them are case-ignorable anyway).
 bool is_cased(char32_t c) {
   const auto cat = category(c);
-  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT ||
-         simple_lower(c) != c || simple_upper(c) != c || c == U'\u00AA' || c == U'\u00BA' ||
-         (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189);
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT || simple_lower(c) != c ||
+         simple_upper(c) != c || c == U'\u00AA' || c == U'\u00BA' || (c >= 0x1F130 && c <= 0x1F149) ||
+         (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189);
 }
 
 // Unicode's Case_Ignorable property: marks, format characters, modifiers, and the Word_Break
 // MidLetter, MidNumLet and Single_Quote characters.
 bool is_case_ignorable(char32_t c) {
   switch (category(c)) {
-    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_SK:
-      return true;
-    default:
-      break;
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK: return true;
+    default: break;
   }
   static constexpr char32_t kWordMiddles[] = {0x27,   0x2E,   0x3A,   0xB7,   0x387,  0x55F,  0x5F4,  0x2018, 0x2019,
                                               0x2024, 0x2027, 0xFE13, 0xFE52, 0xFE55, 0xFF07, 0xFF0E, 0xFF1A};
@@ -66,9 +67,12 @@ std::u32string python_lower(const std::u32string& text) {
   std::u32string lowered;
   lowered.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == U'\u0130') lowered += U"i\u0307";
-    else if (text[i] == U'\u03A3') lowered += is_final_sigma(text, i) ? U'\u03C2' : U'\u03C3';
-    else lowered += simple_lower(text[i]);
+    if (text[i] == U'\u0130')
+      lowered += U"i\u0307";
+    else if (text[i] == U'\u03A3')
+      lowered += is_final_sigma(text, i) ? U'\u03C2' : U'\u03C3';
+    else
+      lowered += simple_lower(text[i]);
   }
   return lowered;
 }
@@ -97,8 +101,10 @@ std::u32string remove_articles(const std::u32string& text) {
     size_t end = i;
     while (end < text.size() && is_word_char(text[end])) ++end;
     const std::u32string_view word(text.data() + i, end - i);
-    if (word == U"a" || word == U"an" || word == U"the") out += U' ';
-    else out += word;
+    if (word == U"a" || word == U"an" || word == U"the")
+      out += U' ';
+    else
+      out += word;
     i = end;
   }
   return out;
@@ -204,8 +210,9 @@ struct ScoredQuestion {
 InputError missing_for_questions(const std::string& source, const std::string& what, const std::vector<std::string>& ids) {
   std::string listed;
   for (size_t i = 0; i < ids.size() && i < 5; ++i) listed += (i ? ", " : "") + ids[i];
-  return InputError(describe(source, "", "no " + what + " for " + std::to_string(ids.size()) + " of the questions: " + listed +
-                                             (ids.size() > 5 ? ", ..." : "") + " (the official v2.0 scorer stops with a KeyError)"));
+  return InputError(describe(source, "",
+                             "no " + what + " for " + std::to_string(ids.size()) + " of the questions: " + listed +
+                                 (ids.size() > 5 ? ", ..." : "") + " (the official v2.0 scorer stops with a KeyError)"));
 }
 
 // find_best_thresh: sweeps the threshold up through the no-answer probabilities, stable-sorted
@@ -226,8 +233,10 @@ std::pair<double, nlohmann::ordered_json> find_best_threshold(const std::vector<
     if (current > best) best = current, best_at = entry;
   }
   nlohmann::ordered_json threshold = 0.0;
-  if (best_at != nullptr && best_at->written_as_integer) threshold = static_cast<int64_t>(best_at->value);
-  else if (best_at != nullptr) threshold = best_at->value;
+  if (best_at != nullptr && best_at->written_as_integer)
+    threshold = static_cast<int64_t>(best_at->value);
+  else if (best_at != nullptr)
+    threshold = best_at->value;
   return {percent(best, scored.size()), threshold};
 }
 
@@ -283,8 +292,8 @@ nlohmann::ordered_json score_v2(const SquadDataset& data, const SquadPredictions
     std::vector<const NoAnswerProbability*> ascending;
     for (const auto& entry : *options.na_probs) ascending.push_back(&entry);
     std::stable_sort(ascending.begin(), ascending.end(), [](auto* a, auto* b) { return a->value < b->value; });
-    const size_t num_no_answer = static_cast<size_t>(
-        std::count_if(data.examples.begin(), data.examples.end(), [](const Example& e) { return e.answers.empty(); }));
+    const size_t num_no_answer = static_cast<size_t>(std::count_if(data.examples.begin(), data.examples.end(),
+                                                                   [](const Example& e) { return e.answers.empty(); }));
     auto [best_exact, exact_threshold] = find_best_threshold(scored, ascending, &QuestionScore::exact, num_no_answer);
     auto [best_f1, f1_threshold] = find_best_threshold(scored, ascending, &QuestionScore::f1, num_no_answer);
     result["best_exact"] = best_exact;
@@ -338,8 +347,10 @@ class TopLevelMembers {
       throw InputError(describe(path_, "", std::string("must be a JSON object keyed by question id, not ") + v.type_name()));
     if (depth_ != 1) return true;  // inside a nested value
     auto [it, inserted] = index_.emplace(key_, members.size());
-    if (inserted) members.emplace_back(key_, std::move(v));
-    else members[it->second].second = std::move(v);
+    if (inserted)
+      members.emplace_back(key_, std::move(v));
+    else
+      members[it->second].second = std::move(v);
     return true;
   }
 
@@ -391,8 +402,9 @@ nlohmann::ordered_json score_squad(const SquadDataset& data, const SquadPredicti
   if (data.examples.empty()) throw InputError(describe(data.path, "", "no questions to score"));
   if (!options.v2) {
     if (options.na_probs)
-      throw InputError(describe(options.na_probs_name, "", "no-answer probabilities apply to SQuAD v2.0 only, and " + data.path +
-                                                               " has version \"" + data.version + "\""));
+      throw InputError(describe(options.na_probs_name, "",
+                                "no-answer probabilities apply to SQuAD v2.0 only, and " + data.path + " has version \"" +
+                                    data.version + "\""));
     return score_v1(data, predictions, diagnostics);
   }
   return score_v2(data, predictions, options, diagnostics);
@@ -412,7 +424,8 @@ std::vector<NoAnswerProbability> read_no_answer_probabilities(const std::string&
   std::vector<NoAnswerProbability> probabilities;
   for (auto& [id, value] : read_top_level_members(path)) {
     if (!value.is_number())
-      throw InputError(describe(path, "id " + id, "the no-answer probability must be a number, not " + with_article(value.type_name())));
+      throw InputError(describe(path, "id " + id,
+                                "the no-answer probability must be a number, not " + with_article(value.type_name())));
     probabilities.push_back({id, value.get<double>(), value.is_number_integer()});
   }
   return probabilities;

@@ -77,7 +77,8 @@ BertConfig BertConfig::preset(const std::string& name) {
 
 void BertConfig::validate(const std::string& origin) const {
   auto positive = [&](const char* key, int64_t value) {
-    if (value <= 0) throw InputError(describe(origin, std::string("'") + key + "'", "must be positive, not " + std::to_string(value)));
+    if (value <= 0)
+      throw InputError(describe(origin, std::string("'") + key + "'", "must be positive, not " + std::to_string(value)));
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -87,8 +88,9 @@ void BertConfig::validate(const std::string& origin) const {
   positive("max_position_embeddings", max_position_embeddings);
   positive("type_vocab_size", type_vocab_size);
   if (hidden_size % num_attention_heads != 0)
-    throw InputError(describe(origin, "'hidden_size'", std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
-                                                          std::to_string(num_attention_heads)));
+    throw InputError(describe(origin, "'hidden_size'",
+                              std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
+                                  std::to_string(num_attention_heads)));
   if (hidden_act != "gelu" && hidden_act != "gelu_new" && hidden_act != "relu")
     throw InputError(describe(origin, "'hidden_act'", "\"" + hidden_act + "\" is not supported (gelu, gelu_new, relu)"));
   auto probability = [&](const char* key, double value) {
@@ -175,15 +177,16 @@ BertEmbeddingsImpl::BertEmbeddingsImpl(const BertConfig& config) {
       torch::nn::Embedding(torch::nn::EmbeddingOptions(config.vocab_size, config.hidden_size).padding_idx(config.pad_token_id)));
   position_embeddings =
       register_module("position_embeddings", torch::nn::Embedding(config.max_position_embeddings, config.hidden_size));
-  token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(config.type_vocab_size, config.hidden_size));
+  token_type_embeddings =
+      register_module("token_type_embeddings", torch::nn::Embedding(config.type_vocab_size, config.hidden_size));
   LayerNorm = register_module("LayerNorm", layer_norm(config));
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout_prob));
 }
 
 torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                           const torch::Tensor& position_ids) {
-  const auto positions =
-      position_ids.defined() ? position_ids : torch::arange(input_ids.size(1), input_ids.options().dtype(torch::kLong));
+  const auto positions = position_ids.defined() ? position_ids
+                                                : torch::arange(input_ids.size(1), input_ids.options().dtype(torch::kLong));
   // HF's order of additions: words + token types, then positions.
   auto embeddings = word_embeddings(input_ids) + token_type_embeddings(token_type_ids);
   embeddings = embeddings + position_embeddings(positions);
@@ -191,7 +194,9 @@ torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const 
 }
 
 BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& config, const ModelOptions& options)
-    : heads_(config.num_attention_heads), head_size_(config.hidden_size / config.num_attention_heads), fused_qkv_(options.fused_qkv) {
+    : heads_(config.num_attention_heads),
+      head_size_(config.hidden_size / config.num_attention_heads),
+      fused_qkv_(options.fused_qkv) {
   query = register_module("query", torch::nn::Linear(config.hidden_size, config.hidden_size));
   key = register_module("key", torch::nn::Linear(config.hidden_size, config.hidden_size));
   value = register_module("value", torch::nn::Linear(config.hidden_size, config.hidden_size));
@@ -386,7 +391,7 @@ std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logit
 }  // namespace
 
 QAOutput BertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions,
-                                                       const torch::Tensor& end_positions) {
+                                                      const torch::Tensor& end_positions) {
   QAOutput out;
   Bf16AutocastGuard autocast(options_.autocast_bf16, features.input_ids.device().type());
   out.sequence_output =
@@ -399,8 +404,8 @@ QAOutput BertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& feat
 }
 
 QAOutput BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                                                const torch::Tensor& attention_mask, const torch::Tensor& start_positions,
-                                                const torch::Tensor& end_positions) {
+                                               const torch::Tensor& attention_mask, const torch::Tensor& start_positions,
+                                               const torch::Tensor& end_positions) {
   QAOutput out;
   Bf16AutocastGuard autocast(options_.autocast_bf16, input_ids.device().type());
   out.sequence_output = bert(input_ids, token_type_ids, attention_mask, unit_hooks_);

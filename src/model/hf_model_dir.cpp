@@ -83,8 +83,8 @@ void check_tokenizer(const std::string& dir, const std::string& vocab_path) {
   }
   const std::string own_vocab = dir + "/vocab.txt";
   if (!vocab_path.empty() && fs::exists(own_vocab) && read_file(own_vocab) != read_file(vocab_path))
-    throw InputError(describe(vocab_path, "", "differs from the model's own " + own_vocab +
-                                                  ": the token ids would mean other words to this model"));
+    throw InputError(describe(
+        vocab_path, "", "differs from the model's own " + own_vocab + ": the token ids would mean other words to this model"));
 }
 
 }  // namespace
@@ -142,23 +142,25 @@ LoadReport load_state(BertForQuestionAnswering& model, const SafetensorsFile& ch
   return report;
 }
 
-BertForQuestionAnswering load_pretrained(const std::string& model_dir, const std::string& vocab_path,
-                                         const ModelOptions& options, LoadReport* report) {
+BertForQuestionAnswering load_pretrained(const std::string& model_dir, const std::string& vocab_path, const ModelOptions& options,
+                                         LoadReport* report) {
   const std::string dir = transformer_dir(model_dir);
   const std::string weights = dir + "/model.safetensors";
   if (!fs::exists(weights)) {
     if (fs::exists(dir + "/pytorch_model.bin"))
       throw InputError(describe(dir + "/pytorch_model.bin", "",
                                 "mpibert reads model.safetensors only; convert it once, from mpibert's checkout: "
-                                ".venv/bin/python3 scripts/convert_pytorch_bin.py " + dir));
+                                ".venv/bin/python3 scripts/convert_pytorch_bin.py " +
+                                    dir));
     throw InputError(describe(weights, "", "not found (expected an HF model directory: config.json + model.safetensors)"));
   }
   BertConfig config = BertConfig::load(dir + "/config.json");
   if (!vocab_path.empty()) {
     Vocab vocab = Vocab::load(vocab_path);
     if (static_cast<int64_t>(vocab.size()) != config.vocab_size)
-      throw InputError(describe(vocab_path, "", "has " + std::to_string(vocab.size()) + " tokens, but " + dir +
-                                                    "/config.json says vocab_size " + std::to_string(config.vocab_size)));
+      throw InputError(describe(vocab_path, "",
+                                "has " + std::to_string(vocab.size()) + " tokens, but " + dir + "/config.json says vocab_size " +
+                                    std::to_string(config.vocab_size)));
   }
   check_tokenizer(dir, vocab_path);
   BertForQuestionAnswering model(config, options);

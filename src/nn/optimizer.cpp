@@ -3,15 +3,13 @@
 #include <cmath>
 #include <map>
 
-
 namespace mpibert {
 
 bool uses_weight_decay(const std::string& name) {
   return name.find("bias") == std::string::npos && name.find("LayerNorm.weight") == std::string::npos;
 }
 
-AdamW::AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_parameters, AdamWOptions options)
-    : options_(options) {
+AdamW::AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_parameters, AdamWOptions options) : options_(options) {
   for (const auto& item : named_parameters)
     slots_.push_back({item.key(), item.value(), torch::zeros_like(item.value(), torch::MemoryFormat::Preserve),
                       torch::zeros_like(item.value(), torch::MemoryFormat::Preserve),

@@ -5,12 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
@@ -29,10 +29,9 @@ struct Dtype {
   const char* name;
   torch::ScalarType type;
 };
-constexpr Dtype kDtypes[] = {{"F64", torch::kDouble}, {"F32", torch::kFloat}, {"F16", torch::kHalf},
-                             {"BF16", torch::kBFloat16}, {"I64", torch::kLong}, {"I32", torch::kInt},
-                             {"I16", torch::kShort}, {"I8", torch::kChar}, {"U8", torch::kByte},
-                             {"BOOL", torch::kBool}};
+constexpr Dtype kDtypes[] = {{"F64", torch::kDouble}, {"F32", torch::kFloat}, {"F16", torch::kHalf},  {"BF16", torch::kBFloat16},
+                             {"I64", torch::kLong},   {"I32", torch::kInt},   {"I16", torch::kShort}, {"I8", torch::kChar},
+                             {"U8", torch::kByte},    {"BOOL", torch::kBool}};
 
 template <typename Matches>
 const Dtype* find_dtype(Matches matches) {
@@ -110,8 +109,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
     if (__builtin_mul_overflow(bytes, dim.get<uint64_t>(), &bytes)) throw error("\"shape\" " + shape->dump() + " is too large");
   }
   if (entry.begin > entry.end || entry.end > data_size)
-    throw error("data_offsets " + offsets->dump() + " do not lie within the " + std::to_string(data_size) +
-                "-byte data section");
+    throw error("data_offsets " + offsets->dump() + " do not lie within the " + std::to_string(data_size) + "-byte data section");
   if (bytes != entry.end - entry.begin)
     throw error("dtype " + std::string(known->name) + " and shape " + shape->dump() + " need " + std::to_string(bytes) +
                 " bytes but data_offsets " + offsets->dump() + " span " + std::to_string(entry.end - entry.begin));
@@ -133,8 +131,9 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
 torch::Tensor view_of(const std::shared_ptr<const Mapping>& mapping, const char* data, const Entry& entry) {
   const auto options = torch::TensorOptions().dtype(entry.type);
   if (entry.begin == entry.end) return torch::empty(entry.shape, options);  // may lie just past the mapping
-  void* start = const_cast<char*>(data + entry.begin);  // read-only memory: see the header
-  torch::Tensor view = torch::from_blob(start, entry.shape, [mapping](void*) {}, options);
+  void* start = const_cast<char*>(data + entry.begin);                      // read-only memory: see the header
+  torch::Tensor view = torch::from_blob(
+      start, entry.shape, [mapping](void*) {}, options);
   // Other writers need not pad the header, and kernels expect aligned elements.
   return reinterpret_cast<uintptr_t>(start) % view.element_size() == 0 ? view : view.clone();
 }
@@ -150,8 +149,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   uint64_t header_size;
   std::memcpy(&header_size, mapping->bytes(), kLengthBytes);
   if (header_size > file_size - kLengthBytes)
-    throw error("header length " + std::to_string(header_size) + " exceeds the " +
-                std::to_string(file_size - kLengthBytes) + " bytes that follow it");
+    throw error("header length " + std::to_string(header_size) + " exceeds the " + std::to_string(file_size - kLengthBytes) +
+                " bytes that follow it");
 
   const char* header_text = mapping->bytes() + kLengthBytes;
   Json header;
@@ -213,7 +212,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     if (!dtype) throw error(std::string("dtype ") + c10::toString(named.tensor.scalar_type()) + " cannot be stored");
     torch::Tensor content = named.tensor.detach().to(torch::kCPU).contiguous();
     const uint64_t size = content.nbytes();
-    header[named.name] = {{"dtype", dtype->name}, {"shape", content.sizes().vec()}, {"data_offsets", {data_size, data_size + size}}};
+    header[named.name] = {
+        {"dtype", dtype->name}, {"shape", content.sizes().vec()}, {"data_offsets", {data_size, data_size + size}}};
     data_size += size;
     contents.push_back(std::move(content));
   }

@@ -52,7 +52,9 @@ class Ddp final : public GroupedParallel {
   }
 
   bool optimizer_state_is_sharded() const override { return false; }
-  EmbeddingExchange embedding_exchange() const override { return sparse_ ? EmbeddingExchange::kSparse : EmbeddingExchange::kDense; }
+  EmbeddingExchange embedding_exchange() const override {
+    return sparse_ ? EmbeddingExchange::kSparse : EmbeddingExchange::kDense;
+  }
 
   SyncStats sync_stats() const override {
     SyncStats stats = GroupedParallel::sync_stats();
@@ -125,8 +127,8 @@ class Ddp final : public GroupedParallel {
     const torch::Tensor& gradient = parameters_[s.parameter].grad();
     s.rows = rows;
     s.values = gradient.index_select(0, rows).div_(world_);
-    group.reduction = communicator_->all_reduce_sum(
-        s.values, "all-reduce of " + std::to_string(rows.numel()) + " touched rows of " + group.what);
+    group.reduction = communicator_->all_reduce_sum(s.values, "all-reduce of " + std::to_string(rows.numel()) +
+                                                                  " touched rows of " + group.what);
     record_reduction(group.reduction, static_cast<int64_t>(s.values.nbytes()));
     ++s.exchanges;
     s.rows_exchanged += rows.numel();

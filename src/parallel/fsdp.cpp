@@ -26,7 +26,8 @@ class Fsdp final : public ShardedParallel {
  public:
   Fsdp(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const AdamWOptions& adam,
        const DataParallelOptions& options)
-      : ShardedParallel(model, std::move(communicator), options, /*releases_gradients=*/true), set_unit_hooks_(model.set_unit_hooks) {
+      : ShardedParallel(model, std::move(communicator), options, /*releases_gradients=*/true),
+        set_unit_hooks_(model.set_unit_hooks) {
     groups_ = group_into_units(names_, parameters_, model.unit_prefixes);
     attach_gradient_views();
     build_shards(adam, /*own_shard_storage=*/true);
@@ -46,7 +47,8 @@ class Fsdp final : public ShardedParallel {
     for (size_t u = 0; u < groups_.size(); ++u) wait_gathered(u);
     for (FlatGroup& unit : groups_) works.push_back(communicator_->broadcast(unit.params, 0, "broadcast of " + unit.what));
     for (auto& work : works) work->wait();
-    for (FlatGroup& unit : groups_) unit.param_shard.copy_(unit.params.narrow(0, unit.shard_numel(world_) * rank_, unit.shard_numel(world_)));
+    for (FlatGroup& unit : groups_)
+      unit.param_shard.copy_(unit.params.narrow(0, unit.shard_numel(world_) * rank_, unit.shard_numel(world_)));
     if (!whole_model_)
       for (size_t u = 0; u < groups_.size(); ++u) release_parameters(u);
   }

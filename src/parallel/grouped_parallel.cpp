@@ -47,8 +47,8 @@ void FlatGroup::add_member(size_t parameter, int64_t parameter_numel) {
   numel += parameter_numel;
 }
 
-std::vector<FlatGroup> group_into_buckets(const std::vector<torch::Tensor>& parameters, double first_bucket_mb,
-                                          double bucket_mb, std::optional<size_t> own_group) {
+std::vector<FlatGroup> group_into_buckets(const std::vector<torch::Tensor>& parameters, double first_bucket_mb, double bucket_mb,
+                                          std::optional<size_t> own_group) {
   const double mib = 1024.0 * 1024.0;
   std::vector<FlatGroup> groups;
   double bucket_bytes = 0;
@@ -141,8 +141,9 @@ void GroupedParallel::install_hooks(bool allocate_before_accumulation) {
     // backward: the buckets backward fills first (the last layers') are reduce-scattered and freed
     // before those of the first layers are needed, so a rank never holds all of them.
     if (allocate_before_accumulation)
-      accumulator->add_pre_hook(
-          std::make_unique<CallBeforeAccumulation>([this, k] { allocate_zeroed_if_released(groups_[group_of_[k]].grads); }));
+      accumulator->add_pre_hook(std::make_unique<CallBeforeAccumulation>([this, k] {
+        allocate_zeroed_if_released(groups_[group_of_[k]].grads);
+      }));
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           gradient_ready(k);

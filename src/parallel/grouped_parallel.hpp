@@ -46,8 +46,8 @@ struct FlatGroup {
 // Buckets in reverse registration order; a bucket closes when the next parameter would take it
 // past its capacity (the first bucket's is small, so its reduction starts early in backward).
 // `own_group`, if any, is left out of the buckets and becomes the last group, alone.
-std::vector<FlatGroup> group_into_buckets(const std::vector<torch::Tensor>& parameters, double first_bucket_mb,
-                                          double bucket_mb, std::optional<size_t> own_group);
+std::vector<FlatGroup> group_into_buckets(const std::vector<torch::Tensor>& parameters, double first_bucket_mb, double bucket_mb,
+                                          std::optional<size_t> own_group);
 // One group per unit (names starting with the unit's prefix), parameters in registration order.
 std::vector<FlatGroup> group_into_units(const std::vector<std::string>& names, const std::vector<torch::Tensor>& parameters,
                                         const std::vector<std::string>& unit_prefixes);

@@ -59,8 +59,9 @@ PieceIndex index_pieces(const std::vector<SafetensorsFile>& files) {
       if (!range) throw InputError(describe(file.path(), tensor.name, "not a parameter range NAME[BEGIN:END]"));
       Piece piece{range->begin, range->end < 0 ? tensor.tensor.numel() : range->end, tensor.tensor.reshape({-1}), origin};
       if (piece.end - piece.begin != piece.flat.numel())
-        throw InputError(describe(file.path(), tensor.name, "holds " + std::to_string(piece.flat.numel()) + " elements, its range " +
-                                                                std::to_string(piece.end - piece.begin)));
+        throw InputError(describe(file.path(), tensor.name,
+                                  "holds " + std::to_string(piece.flat.numel()) + " elements, its range " +
+                                      std::to_string(piece.end - piece.begin)));
       index[moment][range->parameter].push_back(std::move(piece));
     }
   }
@@ -75,7 +76,8 @@ const std::vector<Piece>* find_pieces(const PieceIndex& index, const std::string
 }
 
 // Fills `target` (the elements [begin, end) of a parameter) from the pieces that overlap it.
-void fill_from_pieces(torch::Tensor target, int64_t begin, int64_t end, const std::vector<Piece>& pieces, const std::string& what) {
+void fill_from_pieces(torch::Tensor target, int64_t begin, int64_t end, const std::vector<Piece>& pieces,
+                      const std::string& what) {
   torch::Tensor flat = target.view({-1});
   int64_t covered = 0;
   for (const Piece& piece : pieces) {
@@ -85,8 +87,9 @@ void fill_from_pieces(torch::Tensor target, int64_t begin, int64_t end, const st
     covered += to - from;
   }
   if (covered != end - begin)
-    throw InputError(describe(what, "", "the checkpoint's pieces cover " + std::to_string(covered) + " of its " +
-                                            std::to_string(end - begin) + " elements (overlapping or missing pieces)"));
+    throw InputError(describe(what, "",
+                              "the checkpoint's pieces cover " + std::to_string(covered) + " of its " +
+                                  std::to_string(end - begin) + " elements (overlapping or missing pieces)"));
 }
 
 }  // namespace
@@ -101,7 +104,8 @@ void load_optimizer_pieces(AdamW& optimizer, const std::vector<SafetensorsFile>&
     for (const auto& [moment, tensor] : {std::pair{"exp_avg", slot.exp_avg}, std::pair{"exp_avg_sq", slot.exp_avg_sq}}) {
       const std::vector<Piece>* pieces = find_pieces(index, moment, range->parameter);
       if (!pieces)
-        throw InputError(describe(where, std::string(moment) + "." + range->parameter, "no optimizer state for this parameter in the checkpoint"));
+        throw InputError(describe(where, std::string(moment) + "." + range->parameter,
+                                  "no optimizer state for this parameter in the checkpoint"));
       fill_from_pieces(tensor, begin, end, *pieces, std::string(moment) + "." + slot.name);
     }
   }
@@ -113,7 +117,8 @@ void load_optimizer_pieces(AdamW& optimizer, const std::vector<SafetensorsFile>&
       throw InputError(describe(file.path(), "adam_steps", "must be one int64"));
     const int64_t value = saved->tensor.item<int64_t>();
     if (steps && *steps != value)
-      throw InputError(describe(file.path(), "adam_steps", std::to_string(value) + ", another file of the checkpoint says " + std::to_string(*steps)));
+      throw InputError(describe(file.path(), "adam_steps",
+                                std::to_string(value) + ", another file of the checkpoint says " + std::to_string(*steps)));
     steps = value;
   }
   if (!steps) throw InputError(describe(where, "adam_steps", "missing from every optimizer file of the checkpoint"));

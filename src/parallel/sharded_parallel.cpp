@@ -36,7 +36,8 @@ void ShardedParallel::build_shards(const AdamWOptions& adam, bool own_shard_stor
       torch::Tensor grad = group.grad_shard.narrow(0, begin - slice_begin, end - begin);
       piece.mutable_grad() = grad;
       const int64_t local = begin - group.offsets[m];
-      slices.insert(names_[group.members[m]] + "[" + std::to_string(local) + ":" + std::to_string(local + end - begin) + "]", piece);
+      slices.insert(names_[group.members[m]] + "[" + std::to_string(local) + ":" + std::to_string(local + end - begin) + "]",
+                    piece);
       slice_parameter_.push_back(group.members[m]);
       slice_grads_.push_back(grad);
     }

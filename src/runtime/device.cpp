@@ -37,8 +37,7 @@ std::string parse_nvidia_driver_version(const std::string& line) {
   std::istringstream words(line);
   for (std::string word; words >> word;) {
     const bool dotted_number = std::isdigit(static_cast<unsigned char>(word.front())) &&
-                               std::isdigit(static_cast<unsigned char>(word.back())) &&
-                               word.find('.') != std::string::npos &&
+                               std::isdigit(static_cast<unsigned char>(word.back())) && word.find('.') != std::string::npos &&
                                word.find_first_not_of("0123456789.") == std::string::npos;
     if (dotted_number) return word;
   }

@@ -11,10 +11,10 @@
 #include <thread>
 #include <utility>
 
-#include "mpibert/runtime/mpi_own_allocations.hpp"
-#include "mpibert/runtime/mpi_wait.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
+#include "mpibert/runtime/mpi_own_allocations.hpp"
+#include "mpibert/runtime/mpi_wait.hpp"
 
 namespace mpibert {
 namespace {
@@ -127,9 +127,10 @@ void report_collective_timeout(const std::string& what, double waited_seconds, d
   const int rank = world_rank();
   const bool witnessed = static_cast<bool>(timeout_witness.probe_peers);
   const std::string where = witnessed ? " (" + timeout_witness.own_host() + ")" : "";
-  spdlog::error("collective timed out after {:.0f} s (--collective-timeout {:g}) on rank {}{} while waiting for {}; "
-                "probing the other ranks",
-                waited_seconds, timeout_seconds, rank, where, what);
+  spdlog::error(
+      "collective timed out after {:.0f} s (--collective-timeout {:g}) on rank {}{} while waiting for {}; "
+      "probing the other ranks",
+      waited_seconds, timeout_seconds, rank, where, what);
   if (witnessed) spdlog::error("rank {}: {}: ending the job", rank, timeout_witness.probe_peers());
   spdlog::default_logger()->flush();
   abort_job(1);
@@ -159,15 +160,13 @@ std::vector<int64_t> gather_to_root(const std::vector<int64_t>& local) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::vector<int64_t> all(rank == 0 ? local.size() * static_cast<size_t>(size) : 0);
   MPI_Request request;
-  MPI_Igather(local.data(), static_cast<int>(local.size()), MPI_INT64_T, all.data(), static_cast<int>(local.size()),
-              MPI_INT64_T, 0, MPI_COMM_WORLD, &request);
+  MPI_Igather(local.data(), static_cast<int>(local.size()), MPI_INT64_T, all.data(), static_cast<int>(local.size()), MPI_INT64_T,
+              0, MPI_COMM_WORLD, &request);
   wait_for(request, "a gather of counts to rank 0");
   return all;
 }
 
-double max_over_ranks(double local) {
-  return reduce_doubles({local}, MPI_MAX, "the maximum of a value over ranks").front();
-}
+double max_over_ranks(double local) { return reduce_doubles({local}, MPI_MAX, "the maximum of a value over ranks").front(); }
 
 std::vector<double> sum_over_ranks(std::vector<double> values, const std::string& what) {
   return reduce_doubles(std::move(values), MPI_SUM, what);
@@ -190,12 +189,12 @@ std::vector<std::string> all_gather_strings(const std::string& local) {
     total += lengths[static_cast<size_t>(r)];
   }
   std::string all(static_cast<size_t>(total), '\0');
-  MPI_Iallgatherv(local.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD,
-                  &request);
+  MPI_Iallgatherv(local.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &request);
   wait_for(request, "an all-gather of every rank's text");
   std::vector<std::string> result;
   for (int r = 0; r < size; ++r)
-    result.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), static_cast<size_t>(lengths[static_cast<size_t>(r)])));
+    result.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
+                                static_cast<size_t>(lengths[static_cast<size_t>(r)])));
   return result;
 }
 

@@ -117,9 +117,12 @@ std::string describe_probe(const PeerProbe& probe, double seconds) {
   out << "rank " << probe.rank << " on " << probe.host;
   switch (probe.outcome) {
     case PeerProbe::Outcome::kAnswers: out << " answers"; break;
-    case PeerProbe::Outcome::kProcessGone: out << " is gone (" << probe.address << " refused: its host is up, the process is not)"; break;
+    case PeerProbe::Outcome::kProcessGone:
+      out << " is gone (" << probe.address << " refused: its host is up, the process is not)";
+      break;
     case PeerProbe::Outcome::kNoAnswer:
-      out << " does not answer (nothing from " << probe.address << " within " << seconds << " s: its host or the link to it is down)";
+      out << " does not answer (nothing from " << probe.address << " within " << seconds
+          << " s: its host or the link to it is down)";
       break;
     case PeerProbe::Outcome::kUnresolved: out << " could not be probed (its host name did not resolve at setup)"; break;
   }

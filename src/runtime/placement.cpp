@@ -122,19 +122,23 @@ BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& 
   if (comm == CommChoice::kNccl) {
     const char* comm_option = comm_choice_name(comm);
     if (!cuda)
-      throw InputError(describe("--comm", comm_option, "NCCL reduces CUDA tensors, but the ranks are on " +
-                                                           list_placements(placements) + ": use --device cuda, or --comm mpi"));
-    if (!nccl_built) throw InputError(describe("--comm", comm_option, "this mpibert was built without NCCL (its LibTorch has no CUDA)"));
+      throw InputError(describe("--comm", comm_option,
+                                "NCCL reduces CUDA tensors, but the ranks are on " + list_placements(placements) +
+                                    ": use --device cuda, or --comm mpi"));
+    if (!nccl_built)
+      throw InputError(describe("--comm", comm_option, "this mpibert was built without NCCL (its LibTorch has no CUDA)"));
     if (!shared.empty())
-      throw InputError(describe("--comm", comm_option, shared + ", and NCCL needs a GPU of its own per rank: run one rank per "
-                                                           "GPU, or --comm mpi (through host memory, slower)"));
+      throw InputError(describe("--comm", comm_option,
+                                shared + ", and NCCL needs a GPU of its own per rank: run one rank per "
+                                         "GPU, or --comm mpi (through host memory, slower)"));
     return {"nccl", ""};
   }
   if (!cuda) return {"mpi", ""};
   if (!nccl_built) return {"mpi", "this mpibert was built without NCCL: the GPUs' gradients go through MPI in host memory"};
   if (!shared.empty())
-    return {"mpi", shared + ", and NCCL needs a GPU of its own per rank: the gradients go through MPI in host memory "
-                            "(slower); run one rank per GPU for NCCL"};
+    return {"mpi", shared +
+                       ", and NCCL needs a GPU of its own per rank: the gradients go through MPI in host memory "
+                       "(slower); run one rank per GPU for NCCL"};
   return {"nccl", ""};
 }
 

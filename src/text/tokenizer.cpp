@@ -18,8 +18,9 @@ Vocab Vocab::from_tokens(std::vector<std::string> tokens, const std::string& ori
   vocab.origin_ = origin;
   vocab.tokens_ = std::move(tokens);
   if (vocab.tokens_.size() > 65536)
-    throw InputError(describe(origin, "", "has " + std::to_string(vocab.tokens_.size()) +
-                                              " entries; shards store ids as uint16, so at most 65536 are supported"));
+    throw InputError(describe(origin, "",
+                              "has " + std::to_string(vocab.tokens_.size()) +
+                                  " entries; shards store ids as uint16, so at most 65536 are supported"));
   for (size_t i = 0; i < vocab.tokens_.size(); ++i) {
     if (auto bad = utf8::find_invalid(vocab.tokens_[i]))
       throw InputError(describe(origin, "line " + std::to_string(i + 1), "invalid UTF-8 at byte " + std::to_string(*bad)));
@@ -164,8 +165,7 @@ WordPieceTokenizer::WordPieceTokenizer(Vocab vocab, int max_input_chars_per_word
 
 Encoding WordPieceTokenizer::encode(std::string_view text) const {
   std::u32string code_points;
-  if (auto bad = utf8::decode(text, code_points))
-    throw InputError("invalid UTF-8 at byte " + std::to_string(*bad));
+  if (auto bad = utf8::decode(text, code_points)) throw InputError("invalid UTF-8 at byte " + std::to_string(*bad));
   std::vector<NormalizedChar> chars;
   normalize(code_points, chars);
 

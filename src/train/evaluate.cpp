@@ -4,9 +4,9 @@
 
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/batching.hpp"
-#include "mpibert/train/batch_forward.hpp"
-#include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/eval/squad_metrics.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/train/batch_forward.hpp"
 
 namespace mpibert {
 namespace {
@@ -20,7 +20,8 @@ SquadDataset gold_answers(const FeatureStore& store, const std::string& origin) 
     Example example;
     example.id = *view.id;
     example.is_impossible = view.is_impossible;
-    for (const auto& answer : nlohmann::json::parse(*view.answers_json)) example.answers.push_back({answer.at("text"), answer.at("answer_start")});
+    for (const auto& answer : nlohmann::json::parse(*view.answers_json))
+      example.answers.push_back({answer.at("text"), answer.at("answer_start")});
     data.examples.push_back(std::move(example));
   }
   return data;

@@ -15,9 +15,8 @@ namespace mpibert {
 namespace {
 
 // The keys of HF's train_results.json (Trainer.train's metrics plus run_qa's train_samples).
-constexpr const char* kTrainKeys[] = {"epoch",         "total_flos",    "train_loss",
-                                      "train_runtime", "train_samples", "train_samples_per_second",
-                                      "train_steps_per_second"};
+constexpr const char* kTrainKeys[] = {
+    "epoch", "total_flos", "train_loss", "train_runtime", "train_samples", "train_samples_per_second", "train_steps_per_second"};
 
 bool is_eval_key(const std::string& key) { return key.rfind("eval_", 0) == 0; }
 
@@ -53,8 +52,8 @@ MetricsLines read_metrics_lines(const std::string& path) {
     const int64_t step = record["step"];
     bool evaluation = false;
     for (const auto& [key, value] : record.items()) evaluation = evaluation || is_eval_key(key);
-    const bool training = !evaluation && record.contains("loss") && record["loss"].is_number() &&
-                          record.contains("grad_norm") && record.contains("learning_rate") && record.contains("epoch");
+    const bool training = !evaluation && record.contains("loss") && record["loss"].is_number() && record.contains("grad_norm") &&
+                          record.contains("learning_rate") && record.contains("epoch");
     if (evaluation) lines.eval[step] = record;
     if (training) lines.train[step] = record;
   }

@@ -107,18 +107,20 @@ void check_output_dir_is_free(const TrainOptions& o) {
   const std::string earlier = earlier_run_files(o.output_dir);
   if (earlier.empty()) return;
   throw InputError(describe("--output-dir", o.output_dir,
-                            "holds an earlier run (" + earlier + "): continue it with --resume auto, replace it with "
-                            "--overwrite-output-dir (run_qa's --overwrite_output_dir), or give another directory"));
+                            "holds an earlier run (" + earlier +
+                                "): continue it with --resume auto, replace it with "
+                                "--overwrite-output-dir (run_qa's --overwrite_output_dir), or give another directory"));
 }
 
 void remove_earlier_run(const std::string& output_dir) {
   if (!fs::exists(output_dir)) return;
   for (const std::string& checkpoint : checkpoints_by_step(output_dir)) fs::remove_all(checkpoint);
   remove_stale_checkpoint_work(output_dir);
-  for (const char* name : {"metrics.jsonl", "results.json", "all_results.json", "train_results.json", "eval_results.json",
-                           "trainer_state.json", "predictions.json", "nbest_predictions.json", "null_odds.json",
-                           "eval_predictions.json", "eval_nbest_predictions.json", "eval_null_odds.json", "config.json",
-                           "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_config.toml", "tensorboard", "profile"})
+  for (const char* name :
+       {"metrics.jsonl", "results.json", "all_results.json", "train_results.json", "eval_results.json", "trainer_state.json",
+        "predictions.json", "nbest_predictions.json", "null_odds.json", "eval_predictions.json", "eval_nbest_predictions.json",
+        "eval_null_odds.json", "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_config.toml",
+        "tensorboard", "profile"})
     fs::remove_all(fs::path(output_dir) / name);
 }
 

@@ -7,11 +7,11 @@
 #include <fstream>
 #include <thread>
 
+#include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/shards.hpp"
-#include "mpibert/comm/communicator.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 
@@ -69,8 +69,8 @@ std::vector<LoggedStep> RunLog::flush_steps() {
   if (world_size_ > 1) losses = sum_over_ranks(std::move(losses), "the steps' losses");
   for (size_t i = 0; i < pending_.size(); ++i) {
     const Pending& p = pending_[i];
-    LoggedStep step{p.record.step, p.record.epoch, losses[i] / world_size_, *read++, p.record.learning_rate,
-                    p.samples_per_second, p.step_time, p.record.seconds};
+    LoggedStep step{p.record.step,        p.record.epoch, losses[i] / world_size_, *read++, p.record.learning_rate,
+                    p.samples_per_second, p.step_time,    p.record.seconds};
     scalar("train/loss", step.loss, step.step);
     scalar("train/learning_rate", step.learning_rate, step.step);
     scalar("train/grad_norm", step.grad_norm, step.step);

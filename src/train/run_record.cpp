@@ -59,8 +59,7 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
 // it follows from.
 nlohmann::ordered_json Trainer::parameters() const {
   const std::map<std::string, std::pair<const char*, nlohmann::ordered_json>> follows = {
-      {"gradient_accumulation",
-       {"global_batch_size", options_.batch_size * options_.gradient_accumulation * ranks_.size}},
+      {"gradient_accumulation", {"global_batch_size", options_.batch_size * options_.gradient_accumulation * ranks_.size}},
       {"group_by_length", {"total_steps", total_steps_}}};
   nlohmann::ordered_json parameters;
   for_each_train_option(options_, [&](const TrainOptionField& field, const auto& value) {
@@ -84,36 +83,36 @@ nlohmann::ordered_json Trainer::parallel_summary() const {
   job.busy_seconds = totals[0];
   job.exposed_seconds = totals[1];
   job.exposed_transfer_seconds = totals[2];
-  return {{"world_size", ranks_.size},
-          {"strategy", state_.strategy},
-          {"communication", communicator_ ? communicator_->backend() : "none"},
-          {"gradient_buckets", parallel_->num_buckets()},
-          {"bucket_mb", options_.parallel.bucket_mb},
-          {"gradient_bytes_reduced_per_rank", sync.bytes},
-          {"embedding_exchange", embedding_exchange_name(parallel_->embedding_exchange())},
-          {"embedding_sparse_exchanges", sync.sparse_exchanges},
-          {"embedding_dense_fallbacks", sync.dense_fallbacks},
-          {"embedding_rows_exchanged_mean",
-           sync.sparse_exchanges > 0 ? static_cast<double>(sync.embedding_rows) / static_cast<double>(sync.sparse_exchanges) : 0.0},
-          {"gradient_transfer_seconds_mean", job.busy_seconds / ranks_.size},
-          {"gradient_transfer_after_backward_seconds_mean", job.exposed_transfer_seconds / ranks_.size},
-          {"hidden_transfer_fraction", job.hidden_fraction()},
-          {"wait_after_backward_seconds_mean", job.exposed_seconds / ranks_.size},
-          {"optimizer_state_bytes_per_rank", parallel_->optimizer_state_bytes()},
-          {"memory_per_rank", memory_per_rank()}};
+  return {
+      {"world_size", ranks_.size},
+      {"strategy", state_.strategy},
+      {"communication", communicator_ ? communicator_->backend() : "none"},
+      {"gradient_buckets", parallel_->num_buckets()},
+      {"bucket_mb", options_.parallel.bucket_mb},
+      {"gradient_bytes_reduced_per_rank", sync.bytes},
+      {"embedding_exchange", embedding_exchange_name(parallel_->embedding_exchange())},
+      {"embedding_sparse_exchanges", sync.sparse_exchanges},
+      {"embedding_dense_fallbacks", sync.dense_fallbacks},
+      {"embedding_rows_exchanged_mean",
+       sync.sparse_exchanges > 0 ? static_cast<double>(sync.embedding_rows) / static_cast<double>(sync.sparse_exchanges) : 0.0},
+      {"gradient_transfer_seconds_mean", job.busy_seconds / ranks_.size},
+      {"gradient_transfer_after_backward_seconds_mean", job.exposed_transfer_seconds / ranks_.size},
+      {"hidden_transfer_fraction", job.hidden_fraction()},
+      {"wait_after_backward_seconds_mean", job.exposed_seconds / ranks_.size},
+      {"optimizer_state_bytes_per_rank", parallel_->optimizer_state_bytes()},
+      {"memory_per_rank", memory_per_rank()}};
 }
 
 // Per rank: the bytes of parameters, gradients and optimizer state held between steps, and the
 // peak (resident set on the CPU, allocated on a GPU) since the start.
 nlohmann::ordered_json Trainer::memory_per_rank() const {
   const MemoryFootprint held = parallel_->memory_footprint();
-  const nlohmann::ordered_json mine = {
-      {"parameter_bytes", held.parameters},
-      {"gradient_bytes", held.gradients},
-      {"optimizer_state_bytes", held.optimizer_state},
-      {"steady_state_bytes", held.total()},
-      {device_.is_cuda() ? "peak_gpu_allocated_bytes" : "peak_rss_bytes",
-       device_.is_cuda() ? peak_allocated_bytes(device_) : peak_resident_bytes()}};
+  const nlohmann::ordered_json mine = {{"parameter_bytes", held.parameters},
+                                       {"gradient_bytes", held.gradients},
+                                       {"optimizer_state_bytes", held.optimizer_state},
+                                       {"steady_state_bytes", held.total()},
+                                       {device_.is_cuda() ? "peak_gpu_allocated_bytes" : "peak_rss_bytes",
+                                        device_.is_cuda() ? peak_allocated_bytes(device_) : peak_resident_bytes()}};
   if (ranks_.size == 1) return nlohmann::ordered_json::array({mine});
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const std::string& text : all_gather_strings(mine.dump())) ranks.push_back(nlohmann::ordered_json::parse(text));
@@ -161,8 +160,8 @@ void Trainer::write_hf_names(const nlohmann::ordered_json& results) const {
   hf.best_global_step = state_.best_step;
   const std::string best_checkpoint = checkpoint_dir(options_.output_dir, state_.best_step);
   if (state_.best_metric && fs::exists(best_checkpoint)) hf.best_model_checkpoint = best_checkpoint;
-  const nlohmann::json history =
-      hf_log_history(options_.output_dir + "/metrics.jsonl", options_.logging_steps, steps_per_epoch_, state_.global_step, results);
+  const nlohmann::json history = hf_log_history(options_.output_dir + "/metrics.jsonl", options_.logging_steps, steps_per_epoch_,
+                                                state_.global_step, results);
   write_hf_run_files(options_.output_dir, results, hf, history);
   publish_final_model(options_.output_dir, checkpoint_dir(options_.output_dir, state_.global_step));
 }

@@ -51,7 +51,8 @@ Fault fault_from_environment(const char* variable) {
 }  // namespace
 
 struct StopSignals::Previous {
-  struct sigaction term {}, usr1 {};
+  struct sigaction term {
+  }, usr1{};
 };
 
 StopSignals::StopSignals() : previous_(std::make_unique<Previous>()) {

@@ -19,8 +19,8 @@ namespace mpibert {
 namespace {
 
 constexpr char kFileVersion[] = "brain.Event:2";  // what TensorBoard expects in the first record
-constexpr size_t kHeaderBytes = 12;              // uint64 length + uint32 masked CRC of it
-constexpr size_t kFooterBytes = 4;               // uint32 masked CRC of the data
+constexpr size_t kHeaderBytes = 12;               // uint64 length + uint32 masked CRC of it
+constexpr size_t kFooterBytes = 4;                // uint32 masked CRC of the data
 
 std::array<uint32_t, 256> make_crc32c_table() {
   std::array<uint32_t, 256> table{};
@@ -78,8 +78,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& log_dir) {
   // another writer's file.
   static std::atomic<int> writers_opened{0};
   const double now = unix_time_now();
-  const std::string prefix = log_dir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." +
-                             host_name() + "." + std::to_string(getpid()) + ".";
+  const std::string prefix = log_dir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host_name() +
+                             "." + std::to_string(getpid()) + ".";
   int fd = -1;
   do {
     path_ = prefix + std::to_string(writers_opened++);
@@ -112,8 +112,7 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
 }
 
 void TensorBoardWriter::flush() {
-  if (std::fflush(file_.get()) != 0)
-    throw InputError(describe(path_, "", std::string("cannot write: ") + std::strerror(errno)));
+  if (std::fflush(file_.get()) != 0) throw InputError(describe(path_, "", std::string("cannot write: ") + std::strerror(errno)));
 }
 
 // TFRecord framing: uint64 length, masked CRC of those 8 bytes, data, masked CRC of the data.
@@ -137,8 +136,7 @@ std::vector<ScalarEvent> read_tensorboard_scalars(const std::string& path, std::
     auto fail = [&](const std::string& problem) { throw InputError(describe(path, record_name, problem)); };
     if (bytes.size() - offset < kHeaderBytes) fail("truncated record header");
     const uint64_t length = load_le(bytes, offset, 8);
-    if (load_le(bytes, offset + 8, 4) != masked_crc32c(std::string_view(bytes).substr(offset, 8)))
-      fail("length CRC mismatch");
+    if (load_le(bytes, offset + 8, 4) != masked_crc32c(std::string_view(bytes).substr(offset, 8))) fail("length CRC mismatch");
     if (length > bytes.size() - offset - kHeaderBytes || bytes.size() - offset - kHeaderBytes - length < kFooterBytes)
       fail("truncated record: " + std::to_string(length) + " data bytes announced");
     const std::string_view data = std::string_view(bytes).substr(offset + kHeaderBytes, length);

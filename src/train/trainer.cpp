@@ -34,13 +34,14 @@ auto timed(double& seconds, const char* phase, Work&& work) {
 // The training loop.
 nlohmann::ordered_json Trainer::run() {
   const std::string trace = ranks_.size > 1 ? "trace-rank" + std::to_string(ranks_.rank) + ".json" : "trace.json";
-  StepProfiler profiler(options_.profile ? options_.output_dir + "/profile/" + trace : "", options_.profile_schedule, device_.is_cuda());
+  StepProfiler profiler(options_.profile ? options_.output_dir + "/profile/" + trace : "", options_.profile_schedule,
+                        device_.is_cuda());
   StopSignals signals;
   loop_start_ = Clock::now();
   bool stopped_early = false;
   while (state_.global_step < total_steps_ && !stopped_early) {
-    BatchLoader batches(*store_, sampler_->indices(state_.epoch), options_.batch_size, state_.micro_batches_done, options_.padding,
-                        device_);
+    BatchLoader batches(*store_, sampler_->indices(state_.epoch), options_.batch_size, state_.micro_batches_done,
+                        options_.padding, device_);
     while (steps_left_in_epoch() && state_.global_step < total_steps_ && !stopped_early) {
       inject_faults(ranks_, state_.global_step, FaultPoint::kStepStart);
       profiler.before_step(steps_this_run_);
@@ -78,9 +79,8 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
   const int64_t accumulation = options_.gradient_accumulation;
   for (int64_t micro = 0; micro < accumulation; ++micro, ++state_.micro_batches_done) {
     const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
-    const torch::Tensor loss = timed(phases_.forward, "mpibert::forward", [&] {
-      return forward_batch(model(), batch).loss / static_cast<double>(accumulation);
-    });
+    const torch::Tensor loss = timed(phases_.forward, "mpibert::forward",
+                                     [&] { return forward_batch(model(), batch).loss / static_cast<double>(accumulation); });
     timed(phases_.backward, "mpibert::backward", [&] {
       parallel_->note_input_ids(batch.input_ids);
       parallel_->begin_backward(/*synchronize=*/micro + 1 == accumulation);
@@ -134,7 +134,9 @@ bool Trainer::finish_step(StepRecord step, const StopSignals& signals) {
   if (checkpoint) save_checkpoint();
   if (stop && stop_requested_) {
     spdlog::warn("stopping at step {} on a signal ({}); checkpointed, resume with --resume auto", s,
-                 signals.received() == SIGUSR1 ? "SIGUSR1" : signals.received() == SIGTERM ? "SIGTERM" : "on another rank");
+                 signals.received() == SIGUSR1   ? "SIGUSR1"
+                 : signals.received() == SIGTERM ? "SIGTERM"
+                                                 : "on another rank");
   } else if (stop) {
     spdlog::info("stopping after {} steps as asked; resume with --resume auto", steps_this_run_);
   }
@@ -147,7 +149,8 @@ void Trainer::flush_logs(bool print_progress) {
   for (const LoggedStep& step : steps) state_.loss_history.emplace_back(step.step, step.loss);
   if (!print_progress || steps.empty()) return;
   const LoggedStep& step = steps.back();
-  const double eta = seconds_since(loop_start_) / static_cast<double>(steps_this_run_) * static_cast<double>(total_steps_ - step.step);
+  const double eta = seconds_since(loop_start_) / static_cast<double>(steps_this_run_) *
+                     static_cast<double>(total_steps_ - step.step);
   spdlog::info("step {}/{} epoch {:.2f} loss {:.4f} lr {:.3e} grad_norm {:.3f} samples/s {:.1f} ETA {}", step.step, total_steps_,
                step.epoch, step.loss, step.learning_rate, step.grad_norm, step.samples_per_second, format_duration(eta));
   log_->flush_tensorboard();

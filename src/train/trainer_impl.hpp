@@ -79,8 +79,8 @@ class Trainer {
   TrainerState state_;
   std::optional<DistributedSampler> sampler_;
   int64_t steps_per_epoch_ = 1, total_steps_ = 0, warmup_ = 0, resumed_from_step_ = 0;
-  double flops_per_token_ = 0;  // HF's estimate: 6 x the parameters outside the embedding tables
-  TrainingFlops training_flops_;  // on real tokens, for MFU
+  double flops_per_token_ = 0;          // HF's estimate: 6 x the parameters outside the embedding tables
+  TrainingFlops training_flops_;        // on real tokens, for MFU
   double matmul_flops_per_second_ = 0;  // measured at setup, summed over the ranks
   std::optional<LinearSchedule> schedule_;
   std::shared_ptr<Communicator> communicator_;

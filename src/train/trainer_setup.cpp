@@ -48,10 +48,13 @@ void require_same_run_on_every_rank(const Ranks& ranks, const nlohmann::ordered_
     problems << "\n  rank " << r << " differs from rank 0:";
     for (const auto& [key, value] : reference.items())
       if (!other.contains(key) || other[key] != value)
-        problems << " " << key << " = " << (other.contains(key) ? other[key].dump() : "(none)") << " (rank 0: " << value.dump() << ");";
+        problems << " " << key << " = " << (other.contains(key) ? other[key].dump() : "(none)") << " (rank 0: " << value.dump()
+                 << ");";
   }
   if (problems.tellp() == 0) return;
-  if (ranks.root()) throw InputError("the ranks were started with different runs; every rank must get the same options and files:" + problems.str());
+  if (ranks.root())
+    throw InputError("the ranks were started with different runs; every rank must get the same options and files:" +
+                     problems.str());
   throw PeerFailure("this rank's run differs from rank 0's");
 }
 
@@ -74,10 +77,10 @@ Trainer::Trainer(const TrainOptions& options) : options_(options) {
 // check that every rank runs the same thing.
 void Trainer::check_shard_geometry(const std::string& dir, const FeatureParams& prepared) const {
   auto refuse = [&](const char* what, const char* prep_option, int32_t have, int32_t want) {
-    throw InputError(describe(dir + "/" + kManifestName, "", std::string("prepared with ") + what + " " + std::to_string(have) +
-                                                                 ", but this run asks for " + std::to_string(want) +
-                                                                 ": prepare the shards again with mpibert-prep " + prep_option + " " +
-                                                                 std::to_string(want)));
+    throw InputError(describe(dir + "/" + kManifestName, "",
+                              std::string("prepared with ") + what + " " + std::to_string(have) + ", but this run asks for " +
+                                  std::to_string(want) + ": prepare the shards again with mpibert-prep " + prep_option + " " +
+                                  std::to_string(want)));
   };
   if (options_.expected_max_seq_length && prepared.max_seq_length != options_.expected_max_seq_length)
     refuse("max_seq_length", "--max-seq-length", prepared.max_seq_length, options_.expected_max_seq_length);
@@ -92,13 +95,15 @@ void Trainer::check_eval_shards(const Manifest& eval) const {
   const Manifest& train = store_->manifest();
   const std::string where = options_.eval_dir + "/" + kManifestName;
   if (!eval.vocab_sha256.empty() && !train.vocab_sha256.empty() && eval.vocab_sha256 != train.vocab_sha256)
-    throw InputError(describe(where, "", "prepared with another vocabulary (" + eval.vocab_path + ") than the training shards (" +
-                                             train.vocab_path + "): prepare them again with --vocab " + options_.vocab));
+    throw InputError(describe(where, "",
+                              "prepared with another vocabulary (" + eval.vocab_path + ") than the training shards (" +
+                                  train.vocab_path + "): prepare them again with --vocab " + options_.vocab));
   if (eval.params.max_seq_length != train.params.max_seq_length)
-    throw InputError(describe(where, "", "prepared with max_seq_length " + std::to_string(eval.params.max_seq_length) +
-                                             ", the training shards with " + std::to_string(train.params.max_seq_length) +
-                                             ": prepare them again with mpibert-prep --max-seq-length " +
-                                             std::to_string(train.params.max_seq_length)));
+    throw InputError(describe(where, "",
+                              "prepared with max_seq_length " + std::to_string(eval.params.max_seq_length) +
+                                  ", the training shards with " + std::to_string(train.params.max_seq_length) +
+                                  ": prepare them again with mpibert-prep --max-seq-length " +
+                                  std::to_string(train.params.max_seq_length)));
 }
 
 void Trainer::set_up_model_and_data() {
@@ -115,13 +120,14 @@ void Trainer::set_up_model_and_data() {
     check_shard_geometry(options_.train_dir, store_->manifest().params);
     if (!options_.eval_dir.empty()) check_eval_shards(read_manifest(options_.eval_dir));
     if (store_->manifest().vocab_size && store_->manifest().vocab_size != model()->config().vocab_size)
-      throw InputError(describe(options_.train_dir, "", "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
-                                                            " tokens, but the model has vocab_size " +
-                                                            std::to_string(model()->config().vocab_size)));
+      throw InputError(describe(options_.train_dir, "",
+                                "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
+                                    " tokens, but the model has vocab_size " + std::to_string(model()->config().vocab_size)));
     const std::string& shards_vocab = store_->manifest().vocab_sha256;
     if (!shards_vocab.empty() && sha256_file(options_.vocab) != shards_vocab)
-      throw InputError(describe(options_.vocab, "", "is not the vocabulary " + options_.train_dir + " was prepared with (" +
-                                                        store_->manifest().vocab_path + "): token ids would mean other words"));
+      throw InputError(describe(options_.vocab, "",
+                                "is not the vocabulary " + options_.train_dir + " was prepared with (" +
+                                    store_->manifest().vocab_path + "): token ids would mean other words"));
     if (!resume_from_.empty()) state_ = load_training_checkpoint_model(resume_from_, checkpoint_context(), model());
   });
   model()->to(device_);
@@ -143,9 +149,11 @@ void Trainer::set_up_schedule() {
                                     "): lower --gradient-accumulation or --batch-size, or use fewer ranks"));
   });
   steps_per_epoch_ = std::max<int64_t>(1, micro_batches_per_epoch / options_.gradient_accumulation);
-  total_steps_ = options_.max_steps > 0 ? options_.max_steps
-                                        : static_cast<int64_t>(std::ceil(options_.epochs * static_cast<double>(steps_per_epoch_)));
-  warmup_ = options_.warmup_steps > 0 ? options_.warmup_steps : LinearSchedule::warmup_steps_for_ratio(options_.warmup_ratio, total_steps_);
+  total_steps_ = options_.max_steps > 0
+                     ? options_.max_steps
+                     : static_cast<int64_t>(std::ceil(options_.epochs * static_cast<double>(steps_per_epoch_)));
+  warmup_ = options_.warmup_steps > 0 ? options_.warmup_steps
+                                      : LinearSchedule::warmup_steps_for_ratio(options_.warmup_ratio, total_steps_);
   schedule_.emplace(options_.learning_rate, warmup_, total_steps_);
 }
 
@@ -158,7 +166,8 @@ void Trainer::set_up_parallel() {
                                       MpiCollectives{options_.mpi_collectives});
   parallel_ = make_data_parallel(model_description(model()), communicator_, adam, options_.parallel);
   if (!resume_from_.empty()) {
-    agree_on(ranks_, [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), state_.world_size, *parallel_, device_); });
+    agree_on(ranks_,
+             [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), state_.world_size, *parallel_, device_); });
     spdlog::info("resumed from {} at step {} (epoch {}, micro-batch {})", resume_from_, state_.global_step, state_.epoch,
                  state_.micro_batches_done);
   }
@@ -170,16 +179,22 @@ void Trainer::set_up_parallel() {
   state_.per_rank_batch_size = options_.batch_size;
   state_.strategy = checkpoint_context().strategy;
   resumed_from_step_ = state_.global_step;
-  spdlog::info("training on {}: {} features, {} steps ({} per epoch, global batch {} = {} x {} accumulation x {} ranks), warmup {}, "
-               "{} parameters",
-               device_.str(), store_->num_features(), total_steps_, steps_per_epoch_,
-               options_.batch_size * options_.gradient_accumulation * ranks_.size, options_.batch_size,
-               options_.gradient_accumulation, ranks_.size, warmup_, count_parameters(*model()));
+  spdlog::info(
+      "training on {}: {} features, {} steps ({} per epoch, global batch {} = {} x {} accumulation x {} ranks), warmup {}, "
+      "{} parameters",
+      device_.str(), store_->num_features(), total_steps_, steps_per_epoch_,
+      options_.batch_size * options_.gradient_accumulation * ranks_.size, options_.batch_size, options_.gradient_accumulation,
+      ranks_.size, warmup_, count_parameters(*model()));
 }
 
 CheckpointContext Trainer::checkpoint_context() const {
-  return {options_.output_dir, options_.vocab, ranks_.rank, ranks_.size,
-          ranks_.size > 1 ? strategy_name(options_.parallel.strategy) : "ddp", options_.save_total_limit, options_.batch_size};
+  return {options_.output_dir,
+          options_.vocab,
+          ranks_.rank,
+          ranks_.size,
+          ranks_.size > 1 ? strategy_name(options_.parallel.strategy) : "ddp",
+          options_.save_total_limit,
+          options_.batch_size};
 }
 
 std::vector<int32_t> feature_lengths(const FeatureStore& store) {

@@ -12,8 +12,8 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/json_fields.hpp"
-#include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 
 namespace fs = std::filesystem;
 
@@ -88,9 +88,7 @@ void remove_old_checkpoints(const std::string& output_dir, int64_t keep) {
   }
 }
 
-bool is_other_ranks_file(const std::string& name, int rank) {
-  return name.rfind("rank-", 0) == 0 && name != rank_file(rank);
-}
+bool is_other_ranks_file(const std::string& name, int rank) { return name.rfind("rank-", 0) == 0 && name != rank_file(rank); }
 
 std::string crc_hex(uint32_t crc) {
   char text[9];
@@ -116,7 +114,8 @@ nlohmann::ordered_json checksum_own_files(const fs::path& staging, int rank) {
 std::string checksums_json(const std::vector<std::string>& parts_of_ranks) {
   nlohmann::ordered_json files = nlohmann::ordered_json::object();
   for (const std::string& part : parts_of_ranks) files.update(nlohmann::ordered_json::parse(part));
-  return nlohmann::ordered_json{{"format", "mpibert-checkpoint-checksums"}, {"algorithm", "crc32"}, {"files", files}}.dump(2) + "\n";
+  return nlohmann::ordered_json{{"format", "mpibert-checkpoint-checksums"}, {"algorithm", "crc32"}, {"files", files}}.dump(2) +
+         "\n";
 }
 
 }  // namespace
@@ -155,7 +154,8 @@ std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
   std::error_code error;
   for (fs::directory_iterator entry(output_dir, error), end; !error && entry != end; entry.increment(error))
     if (entry->is_directory(error) && checkpoint_step(entry->path()) >= 0) found.push_back(entry->path());
-  std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
+  std::sort(found.begin(), found.end(),
+            [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
   return {found.begin(), found.end()};
 }
 
@@ -237,14 +237,17 @@ void verify_checkpoint(const std::string& dir, int rank) {
   for (const auto& [name, expected] : sums) {
     if (!sharded && is_other_ranks_file(name, rank)) continue;
     const std::string path = dir + "/" + name;
-    if (!fs::exists(path)) throw InputError(describe(path, "", "missing (" + std::string(kCheckpointChecksumsName) + " lists it)"));
+    if (!fs::exists(path))
+      throw InputError(describe(path, "", "missing (" + std::string(kCheckpointChecksumsName) + " lists it)"));
     const FileChecksum found = checksum_file(path);
     if (found.bytes != expected.bytes)
-      throw InputError(describe(path, "", "has " + std::to_string(found.bytes) + " bytes, " + kCheckpointChecksumsName +
-                                              " says " + std::to_string(expected.bytes) + ": cut short or overwritten"));
+      throw InputError(describe(path, "",
+                                "has " + std::to_string(found.bytes) + " bytes, " + kCheckpointChecksumsName + " says " +
+                                    std::to_string(expected.bytes) + ": cut short or overwritten"));
     if (found.crc32 != expected.crc32)
-      throw InputError(describe(path, "", "CRC-32 " + crc_hex(found.crc32) + ", " + kCheckpointChecksumsName + " says " +
-                                              crc_hex(expected.crc32) + ": the file is damaged"));
+      throw InputError(describe(path, "",
+                                "CRC-32 " + crc_hex(found.crc32) + ", " + kCheckpointChecksumsName + " says " +
+                                    crc_hex(expected.crc32) + ": the file is damaged"));
   }
 }
 
@@ -257,7 +260,8 @@ TrainerState read_trainer_state(const std::string& path) {
   state.micro_batches_done = fields.integer<int64_t>(json, "", "micro_batches_done_in_epoch");
   state.world_size = fields.integer<int>(json, "", "world_size", 1);
   state.strategy = fields.text(json, "", "strategy");
-  if (json.contains("per_rank_batch_size")) state.per_rank_batch_size = fields.integer<int64_t>(json, "", "per_rank_batch_size", 1);
+  if (json.contains("per_rank_batch_size"))
+    state.per_rank_batch_size = fields.integer<int64_t>(json, "", "per_rank_batch_size", 1);
   const auto& history = fields.get(json, "", "loss_history", JsonFields::Json::value_t::array);
   for (size_t i = 0; i < history.size(); ++i) {
     const std::string entry = "loss_history[" + std::to_string(i) + "]";
@@ -297,8 +301,9 @@ std::string checkpoint_to_resume(const CheckpointContext& context, const std::st
   }
   if (candidates.empty()) return "";
   if (ranks.root())
-    throw InputError(describe(context.output_dir, "", "--resume auto: none of its " + std::to_string(candidates.size()) +
-                                                          " checkpoints is intact (each refused above)"));
+    throw InputError(describe(context.output_dir, "",
+                              "--resume auto: none of its " + std::to_string(candidates.size()) +
+                                  " checkpoints is intact (each refused above)"));
   throw PeerFailure("rank 0 found no intact checkpoint");
 }
 
@@ -306,10 +311,10 @@ void restore_rng_state(const torch::Device& device, const SafetensorsFile& file,
   const torch::Tensor state = file.get(name);
   const torch::Tensor expected = rng_state(device);
   if (state.scalar_type() != expected.scalar_type() || state.sizes() != expected.sizes())
-    throw InputError(describe(file.path(), name, std::string("is not a ") + (device.is_cuda() ? "CUDA" : "CPU") +
-                                                     " RNG state (" + c10::toString(state.scalar_type()) + " " +
-                                                     c10::str(state.sizes()) + ", expected " +
-                                                     c10::toString(expected.scalar_type()) + " " + c10::str(expected.sizes()) + ")"));
+    throw InputError(describe(file.path(), name,
+                              std::string("is not a ") + (device.is_cuda() ? "CUDA" : "CPU") + " RNG state (" +
+                                  c10::toString(state.scalar_type()) + " " + c10::str(state.sizes()) + ", expected " +
+                                  c10::toString(expected.scalar_type()) + " " + c10::str(expected.sizes()) + ")"));
   try {
     set_rng_state(device, state);
   } catch (const c10::Error& error) {
@@ -326,23 +331,25 @@ int64_t micro_batches_done_here(const std::string& dir, const TrainerState& save
   const int64_t here = context.per_rank_batch_size * context.world_size;
   if (saved.per_rank_batch_size == 0) {  // written before checkpoints recorded their batch size
     if (saved.world_size != context.world_size)
-      throw InputError(describe(dir, "trainer_state.json", "written by a run of " + std::to_string(saved.world_size) +
-                                                               " ranks without its batch size: resume it with the same number of ranks"));
+      throw InputError(describe(dir, "trainer_state.json",
+                                "written by a run of " + std::to_string(saved.world_size) +
+                                    " ranks without its batch size: resume it with the same number of ranks"));
     return saved.micro_batches_done;
   }
   const int64_t there = saved.per_rank_batch_size * saved.world_size;
   if (there == here) return saved.micro_batches_done;
   const int64_t samples = saved.micro_batches_done * there;
   if (samples % here != 0)
-    throw InputError(describe(dir, "trainer_state.json", std::to_string(saved.world_size) + " ranks x batch " +
-                                                             std::to_string(saved.per_rank_batch_size) + " consumed " +
-                                                             std::to_string(samples) + " samples of the epoch, not a multiple of this run's " +
-                                                             std::to_string(context.world_size) + " x " +
-                                                             std::to_string(context.per_rank_batch_size) +
-                                                             ": choose --batch-size so that ranks x batch divides it"));
-  spdlog::warn("{}: written with {} ranks x batch {}, resumed with {} x {}: another global micro-batch, so not the run that "
-               "would have continued (the same global batch per step gives that)",
-               dir, saved.world_size, saved.per_rank_batch_size, context.world_size, context.per_rank_batch_size);
+    throw InputError(describe(dir, "trainer_state.json",
+                              std::to_string(saved.world_size) + " ranks x batch " + std::to_string(saved.per_rank_batch_size) +
+                                  " consumed " + std::to_string(samples) +
+                                  " samples of the epoch, not a multiple of this run's " + std::to_string(context.world_size) +
+                                  " x " + std::to_string(context.per_rank_batch_size) +
+                                  ": choose --batch-size so that ranks x batch divides it"));
+  spdlog::warn(
+      "{}: written with {} ranks x batch {}, resumed with {} x {}: another global micro-batch, so not the run that "
+      "would have continued (the same global batch per step gives that)",
+      dir, saved.world_size, saved.per_rank_batch_size, context.world_size, context.per_rank_batch_size);
   return samples / here;
 }
 
@@ -353,13 +360,14 @@ TrainerState load_training_checkpoint_model(const std::string& dir, const Checkp
   TrainerState state = read_trainer_state(dir + "/trainer_state.json");
   state.micro_batches_done = micro_batches_done_here(dir, state, context);
   if (state.world_size != context.world_size || state.strategy != context.strategy)
-    spdlog::info("{}: written by {} ranks ({}), resharded for {} ranks ({})", dir, state.world_size, state.strategy, context.world_size,
-                 context.strategy);
+    spdlog::info("{}: written by {} ranks ({}), resharded for {} ranks ({})", dir, state.world_size, state.strategy,
+                 context.world_size, context.strategy);
   const BertConfig saved = BertConfig::load(dir + "/config.json");
   if (std::string mismatch = shape_mismatch(saved, model->config()); !mismatch.empty())
     throw InputError(describe(dir, "", "checkpoint of another model shape: " + mismatch));
   if (!context.vocab.empty() && read_file_bytes(dir + "/vocab.txt") != read_file_bytes(context.vocab))
-    throw InputError(describe(dir, "", "checkpoint trained with another vocab than " + context.vocab + " (its own is vocab.txt there)"));
+    throw InputError(describe(dir, "",
+                              "checkpoint trained with another vocab than " + context.vocab + " (its own is vocab.txt there)"));
   load_state(model, SafetensorsFile::open(dir + "/model.safetensors"));
   return state;
 }
@@ -376,8 +384,10 @@ void load_training_checkpoint_rest(const std::string& dir, const CheckpointConte
   parallel.load_optimizer_state(optimizer_files);
   const std::string own_path = dir + "/" + rank_file(context.rank);
   if (context.rank >= saved_world_size) {
-    spdlog::warn("{}: written by {} ranks, none of them this rank {}: its RNG stays as seeded (dropout masks differ from "
-                 "the run that was not stopped)", dir, saved_world_size, context.rank);
+    spdlog::warn(
+        "{}: written by {} ranks, none of them this rank {}: its RNG stays as seeded (dropout masks differ from "
+        "the run that was not stopped)",
+        dir, saved_world_size, context.rank);
     return;
   }
   SafetensorsFile own = SafetensorsFile::open(own_path);

@@ -24,9 +24,8 @@ int tokenize_lines(const WordPieceTokenizer& tokenizer, std::istream& in, std::o
 // newline). An empty na_prob_file / out_file means the option was not given; for v1.1 datasets an
 // out_file receives the compact line instead of stdout, and an na_prob_file is an error.
 // Returns the exit status: bad input is reported on `err` and gives 1.
-int score_command(const std::string& dataset_path, const std::string& predictions_path,
-                  const std::string& na_prob_path, double na_prob_thresh, const std::string& out_file,
-                  std::ostream& out, std::ostream& err);
+int score_command(const std::string& dataset_path, const std::string& predictions_path, const std::string& na_prob_path,
+                  double na_prob_thresh, const std::string& out_file, std::ostream& out, std::ostream& err);
 
 // The subcommands that need LibTorch:
 //   `mpibert train`: every option on the command line or in a config file (--config FILE); the

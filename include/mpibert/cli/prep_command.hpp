@@ -11,7 +11,7 @@ struct PrepOptions {
   std::string input, vocab, out_dir;
   std::string split = "train";  // "train" or "eval": recorded, and checked by the trainer
   FeatureParams params;
-  bool overwrite = false;       // replace shards made with other parameters
+  bool overwrite = false;  // replace shards made with other parameters
 };
 
 // Runs collectively on every rank of MPI_COMM_WORLD; returns the process exit status, the same on

@@ -82,7 +82,9 @@ class Communicator {
  protected:
   // For the destructors: kAbandon while an exception that was not in flight at construction
   // unwinds the stack.
-  Teardown teardown() const { return std::uncaught_exceptions() > uncaught_at_construction_ ? Teardown::kAbandon : Teardown::kFinish; }
+  Teardown teardown() const {
+    return std::uncaught_exceptions() > uncaught_at_construction_ ? Teardown::kAbandon : Teardown::kFinish;
+  }
 
  private:
   int uncaught_at_construction_ = std::uncaught_exceptions();
@@ -120,8 +122,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(int device_index, double ti
 // "mpi", or "auto" (NCCL where "nccl" would be accepted, else MPI with a warning on GPUs). A refusal
 // is an InputError on rank 0 and a PeerFailure on the others. `device_choice` (--device) is named
 // in the message.
-std::unique_ptr<Communicator> make_communicator(DeviceChoice device_choice, CommChoice comm,
-                                                const torch::Device& device, double timeout_seconds,
-                                                const MpiCollectives& mpi_collectives = {});
+std::unique_ptr<Communicator> make_communicator(DeviceChoice device_choice, CommChoice comm, const torch::Device& device,
+                                                double timeout_seconds, const MpiCollectives& mpi_collectives = {});
 
 }  // namespace mpibert

@@ -3,9 +3,9 @@
 // naming the file and the field ("shards[1].file"), never a JSON library exception.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "mpibert/core/error.hpp"
@@ -44,9 +44,10 @@ class JsonFields {
     const bool number_wanted = type == Json::value_t::number_float;
     const bool matches = integer_wanted ? found->is_number_integer() : number_wanted ? found->is_number() : found->type() == type;
     if (!matches)
-      fail(field, std::string("must be ") + (integer_wanted  ? "an integer"
-                                             : number_wanted ? "a number"
-                                                             : Json(type).type_name()) +
+      fail(field, std::string("must be ") +
+                      (integer_wanted  ? "an integer"
+                       : number_wanted ? "a number"
+                                       : Json(type).type_name()) +
                       ", not " + found->type_name());
     return *found;
   }

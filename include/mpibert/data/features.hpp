@@ -13,8 +13,8 @@ namespace mpibert {
 
 struct FeatureParams {
   int32_t max_seq_length = 384;
-  int32_t doc_stride = 128;     // overlap between consecutive windows, in tokens (HF's `stride`)
-  int32_t max_query_length = 0; // 0: questions are never truncated; a too long one is an error
+  int32_t doc_stride = 128;      // overlap between consecutive windows, in tokens (HF's `stride`)
+  int32_t max_query_length = 0;  // 0: questions are never truncated; a too long one is an error
 };
 
 // Columnar store of features. Token-level arrays are concatenated over features (real tokens
@@ -24,10 +24,10 @@ struct FeatureTable {
   std::vector<uint16_t> input_ids;
   std::vector<int32_t> offsets;  // 2 per token: [begin, end) code points into the context, -1 -1 off-context
   // per feature
-  std::vector<uint16_t> lengths;        // real tokens, specials included
-  std::vector<uint16_t> context_starts; // index of the first context token; token_type_ids are 1 from here
-  std::vector<int64_t> example_indices; // global example index (file order)
-  std::vector<uint16_t> window_indices; // 0 for the first window of an example
+  std::vector<uint16_t> lengths;                         // real tokens, specials included
+  std::vector<uint16_t> context_starts;                  // index of the first context token; token_type_ids are 1 from here
+  std::vector<int64_t> example_indices;                  // global example index (file order)
+  std::vector<uint16_t> window_indices;                  // 0 for the first window of an example
   std::vector<uint16_t> start_positions, end_positions;  // 0/0 ([CLS]) when the answer is not inside
 
   size_t num_features() const { return lengths.size(); }

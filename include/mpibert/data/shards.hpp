@@ -27,7 +27,7 @@ struct ShardHeader {
 // Examples held by a shard, for evaluation post-processing (ids, contexts, gold answers).
 struct ExampleRecords {
   std::vector<std::string> ids, questions;
-  std::vector<int32_t> context_indices;  // into `contexts`, local to the shard
+  std::vector<int32_t> context_indices;   // into `contexts`, local to the shard
   std::vector<std::string> answers_json;  // [{"text": ..., "answer_start": ...}, ...]
   std::vector<uint8_t> is_impossible;
   std::vector<std::string> contexts;

@@ -15,9 +15,9 @@ struct Answer {
 
 struct Example {
   std::string id;
-  std::string question;        // as in the file (not yet stripped)
-  int32_t context_index = 0;   // into SquadDataset::contexts
-  std::vector<Answer> answers; // empty for unanswerable v2.0 questions
+  std::string question;         // as in the file (not yet stripped)
+  int32_t context_index = 0;    // into SquadDataset::contexts
+  std::vector<Answer> answers;  // empty for unanswerable v2.0 questions
   bool is_impossible = false;
 };
 

@@ -28,9 +28,9 @@ struct Candidate {
 
 struct ExamplePrediction {
   std::string id;
-  std::string text;                       // the answer; "" for a predicted no-answer (v2)
-  std::vector<Candidate> nbest;           // best first, probabilities summing to 1
-  std::optional<float> null_score_diff;   // v2: null score minus the best non-null score
+  std::string text;                      // the answer; "" for a predicted no-answer (v2)
+  std::vector<Candidate> nbest;          // best first, probabilities summing to 1
+  std::optional<float> null_score_diff;  // v2: null score minus the best non-null score
 };
 
 // Logits per global feature index, each holding at least that feature's real length. Only real

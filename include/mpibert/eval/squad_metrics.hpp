@@ -53,8 +53,8 @@ using SquadPredictions = std::vector<std::pair<std::string, std::string>>;
 // "Missing prediction for ..." for v2.0) go to `diagnostics`. Where the v2.0 script would stop
 // with a KeyError (a question without a prediction or without a no-answer probability), this
 // throws an InputError naming the missing ids.
-nlohmann::ordered_json score_squad(const SquadDataset& data, const SquadPredictions& predictions,
-                                   const ScoreOptions& options, std::ostream& diagnostics);
+nlohmann::ordered_json score_squad(const SquadDataset& data, const SquadPredictions& predictions, const ScoreOptions& options,
+                                   std::ostream& diagnostics);
 
 // The v2.0 rules apply when the dataset's version starts with "v2" or a question has no answer.
 bool uses_squad_v2_rules(const SquadDataset& data);

@@ -46,7 +46,7 @@ struct QAOutput {
   // and the positions past a feature's end hold float32's lowest value (no part in the loss).
   torch::Tensor start_logits, end_logits;
   torch::Tensor sequence_output;  // padded: [batch, seq, hidden]; packed: [tokens, hidden]
-  torch::Tensor loss;                      // undefined unless positions were given
+  torch::Tensor loss;             // undefined unless positions were given
 };
 
 struct ModelOptions {
@@ -155,8 +155,8 @@ class BertModelImpl : public torch::nn::Module {
   BertModelImpl(const BertConfig& config, const ModelOptions& options);
   // Last hidden state [batch, seq, hidden]; attention_mask is 1 for tokens, 0 for padding. The
   // embeddings are unit 0 for `hooks`, the layers the units after it.
-  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                        const torch::Tensor& attention_mask, UnitHooks* hooks = nullptr);
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
+                        UnitHooks* hooks = nullptr);
   // Packed features: ids, token types and positions [tokens]; returns [tokens, hidden].
   torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
@@ -169,9 +169,8 @@ TORCH_MODULE(BertModel);
 class BertForQuestionAnsweringImpl : public torch::nn::Module {
  public:
   explicit BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options = {});
-  QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                   const torch::Tensor& attention_mask, const torch::Tensor& start_positions = {},
-                   const torch::Tensor& end_positions = {});
+  QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
+                   const torch::Tensor& start_positions = {}, const torch::Tensor& end_positions = {});
   // Packed features; the loss (with positions) leaves out nothing but the absent padding.
   QAOutput forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions = {},
                           const torch::Tensor& end_positions = {});

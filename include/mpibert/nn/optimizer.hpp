@@ -27,7 +27,6 @@ struct AdamWOptions {
 enum class Optim { kAdamWTorch, kAdamWTorchFused };
 const char* optim_name(Optim optim);  // HF's names: "adamw_torch", "adamw_torch_fused"
 
-
 class AdamW {
  public:
   // Takes Module::named_parameters(): names decide the weight-decay group.

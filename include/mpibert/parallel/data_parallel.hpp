@@ -62,8 +62,8 @@ const char* embedding_exchange_name(EmbeddingExchange exchange);
 
 struct DataParallelOptions {
   Strategy strategy = Strategy::kDdp;
-  double bucket_mb = 25;        // bucket capacity (MiB of gradients), as DDP's bucket_cap_mb
-  double first_bucket_mb = 1;   // the first bucket, reduced while most of backward is still to come
+  double bucket_mb = 25;       // bucket capacity (MiB of gradients), as DDP's bucket_cap_mb
+  double first_bucket_mb = 1;  // the first bucket, reduced while most of backward is still to come
   // ddp only (the sharded strategies reduce-scatter the embedding whole).
   EmbeddingExchange embedding_exchange = EmbeddingExchange::kSparse;
   // Of the vocabulary; a larger union is all-reduced dense. The rows' copies cost little beside the
@@ -78,7 +78,7 @@ struct SyncStats {
   double exposed_transfer_seconds = 0;  // the part of those transfers after backward ended (on a GPU: on its stream)
   int64_t bytes = 0;
   int64_t sparse_exchanges = 0, dense_fallbacks = 0;  // steps whose embedding went by rows / whole
-  int64_t embedding_rows = 0;                          // rows exchanged, summed over the sparse steps
+  int64_t embedding_rows = 0;                         // rows exchanged, summed over the sparse steps
   // Fraction of the transfer time that overlapped backward.
   double hidden_fraction() const { return busy_seconds > 0 ? 1.0 - exposed_transfer_seconds / busy_seconds : 0.0; }
 };
@@ -140,7 +140,7 @@ class DataParallel {
   // together from the pieces that cover it (DeepSpeed's universal checkpoint). A piece missing or
   // of another shape is an InputError naming the file or the tensor.
   void load_optimizer_state(const std::vector<SafetensorsFile>& files);
-  int64_t optimizer_state_bytes() const;  // on this rank
+  int64_t optimizer_state_bytes() const;                 // on this rank
   virtual MemoryFootprint memory_footprint() const = 0;  // on this rank, now
 
   // Waits for the timings of reductions still in flight.

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <exception>
-#include <stdexcept>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

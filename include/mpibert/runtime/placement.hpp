@@ -39,7 +39,6 @@ void require_one_device_type(const std::vector<RankPlacement>& placements, Devic
 enum class CommChoice { kAuto, kMpi, kNccl };
 const char* comm_choice_name(CommChoice choice);  // "auto", "mpi", "nccl"
 
-
 struct BackendChoice {
   std::string backend;  // "mpi" or "nccl"
   std::string warning;  // why auto did not take NCCL on CUDA devices; empty otherwise

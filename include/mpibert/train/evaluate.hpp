@@ -30,8 +30,8 @@ struct FeatureLogits {
   std::vector<std::vector<float>> start, end;
   double loss_sum = 0;
 };
-FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size,
-                             int64_t first = 0, int64_t last = -1, Padding padding = Padding::kDynamic);
+FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size, int64_t first = 0,
+                             int64_t last = -1, Padding padding = Padding::kDynamic);
 
 // How evaluation lays out the batches of a run trained with `training`: packed after packed
 // training (its loss comparable), dynamic padding otherwise (full padding changes no logit).

@@ -9,9 +9,9 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,10 +27,10 @@ struct StepRecord {
   std::vector<torch::Tensor> losses;  // per micro-batch, already divided by the accumulation; on the device
   torch::Tensor grad_norm;            // before clipping; on the device
   double learning_rate = 0;
-  double samples = 0;                 // this step's, over all ranks
-  double tokens = 0;                  // padded tokens this step (this rank's, then summed over ranks)
-  double model_flops = 0;             // on real tokens (model/flops.hpp); this rank's, then summed over ranks
-  double seconds = 0;                 // since the run started, when the step ended
+  double samples = 0;      // this step's, over all ranks
+  double tokens = 0;       // padded tokens this step (this rank's, then summed over ranks)
+  double model_flops = 0;  // on real tokens (model/flops.hpp); this rank's, then summed over ranks
+  double seconds = 0;      // since the run started, when the step ended
 };
 
 // A step once flushed: its loss averaged over the ranks.

@@ -27,44 +27,44 @@
 namespace mpibert {
 
 struct TrainOptions {
-  std::string train_dir, eval_dir;  // prepared shard directories (mpibert-prep)
-  std::string output_dir;           // the run directory
-  std::string model_dir;            // HF model directory to start from; empty: random init
-  std::string model_config;         // config.json for random init (when model_dir is empty)
-  std::string vocab;                // vocab.txt, copied into checkpoints
-  std::string resume;               // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
+  std::string train_dir, eval_dir;    // prepared shard directories (mpibert-prep)
+  std::string output_dir;             // the run directory
+  std::string model_dir;              // HF model directory to start from; empty: random init
+  std::string model_config;           // config.json for random init (when model_dir is empty)
+  std::string vocab;                  // vocab.txt, copied into checkpoints
+  std::string resume;                 // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
   bool overwrite_output_dir = false;  // replace an earlier run in output_dir (option_checks.hpp)
-  std::string config_record;        // written as output_dir/train_config.toml once setup succeeded
+  std::string config_record;          // written as output_dir/train_config.toml once setup succeeded
   // What the shards must have been prepared with (run_qa's --max_seq_length, --doc_stride); 0: any.
   int32_t expected_max_seq_length = 0, expected_doc_stride = 0;
 
   double epochs = 2;
-  int64_t batch_size = 24;          // per rank, per micro-batch
+  int64_t batch_size = 24;  // per rank, per micro-batch
   int64_t gradient_accumulation = 1;
   double learning_rate = 3e-5, weight_decay = 0.0;  // HF Trainer's default decay is 0
   int64_t warmup_steps = 0;
-  double warmup_ratio = 0.0;        // used when warmup_steps is 0
+  double warmup_ratio = 0.0;  // used when warmup_steps is 0
   double max_grad_norm = 1.0;
   // HF's --optim (optimizer.hpp). transformers' default is the fused kernel with torch >= 2.8, the
   // LibTorch mpibert builds against.
   Optim optim = Optim::kAdamWTorchFused;
   uint64_t seed = 42;
   Padding padding = Padding::kDynamic;
-  bool group_by_length = false;     // HF's group_by_length: batches of similar length, less padding
-  int64_t max_steps = 0;            // > 0: train this many steps (overrides epochs), as HF's max_steps
-  int64_t stop_after_steps = 0;     // stop (with a checkpoint) after this many steps; the schedule is unchanged
+  bool group_by_length = false;  // HF's group_by_length: batches of similar length, less padding
+  int64_t max_steps = 0;         // > 0: train this many steps (overrides epochs), as HF's max_steps
+  int64_t stop_after_steps = 0;  // stop (with a checkpoint) after this many steps; the schedule is unchanged
   int64_t logging_steps = 10, save_steps = 0, save_total_limit = 2;
   int64_t eval_batch_size = 64;
-  int64_t eval_steps = 0;           // also evaluate every N steps (0: only at the end); the best F1 is tracked
+  int64_t eval_steps = 0;  // also evaluate every N steps (0: only at the end); the best F1 is tracked
   PostprocessOptions postprocess;
   ModelOptions model;
   bool profile = false;  // Chrome trace of the training steps in output_dir/profile/
   ProfileSchedule profile_schedule;
-  DataParallelOptions parallel;  // used when there is more than one rank
-  DeviceChoice device = DeviceChoice::kAuto;  // each rank its node-local GPU (device.hpp)
-  CommChoice comm = CommChoice::kAuto;        // with more than one rank (placement.hpp)
+  DataParallelOptions parallel;                        // used when there is more than one rank
+  DeviceChoice device = DeviceChoice::kAuto;           // each rank its node-local GPU (device.hpp)
+  CommChoice comm = CommChoice::kAuto;                 // with more than one rank (placement.hpp)
   MpiAlgorithm mpi_collectives = MpiAlgorithm::kRing;  // the MPI backend's algorithm (communicator.hpp)
-  bool tf32 = false;             // TF32 matrix products for float32 on GPUs
+  bool tf32 = false;                                   // TF32 matrix products for float32 on GPUs
 };
 
 // Which records hold a field besides the command line and train_config.toml (bits).
@@ -75,9 +75,9 @@ enum TrainOptionRecords : unsigned {
 };
 
 struct TrainOptionField {
-  const char* name;   // in the run description and results.json's parameters: "batch_size"
-  const char* flags;  // CLI11's spellings: "--batch-size,--per_device_train_batch_size"
-  unsigned records;   // TrainOptionRecords
+  const char* name;           // in the run description and results.json's parameters: "batch_size"
+  const char* flags;          // CLI11's spellings: "--batch-size,--per_device_train_batch_size"
+  unsigned records;           // TrainOptionRecords
   std::string flag() const {  // the first spelling, which messages give: "--batch-size"
     const std::string all = flags;
     return all.substr(0, all.find(','));

@@ -6,17 +6,17 @@
 // other file): a checkpoint cut short or damaged on disk is refused by name, never half-loaded.
 #pragma once
 
-#include <map>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "mpibert/core/io.hpp"
-#include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "mpibert/parallel/data_parallel.hpp"
 
 namespace mpibert {
 
@@ -42,7 +42,7 @@ struct CheckpointContext {
   std::string vocab;       // vocab.txt, copied in and compared on resume ("" skips both)
   int rank = 0, world_size = 1;
   std::string strategy = "ddp";
-  int64_t save_total_limit = 0;  // checkpoints kept (0: all)
+  int64_t save_total_limit = 0;     // checkpoints kept (0: all)
   int64_t per_rank_batch_size = 1;  // micro-batch per rank: with world_size, where a resume continues in the epoch
 };
 
