@@ -4,7 +4,8 @@
 #    with --with-reports also python3-matplotlib and python3-yaml for /usr/bin/python3
 #    (results/compare's plots and the hparams.yaml of Lightning logs; the tests need them, the main
 #    job does not); with --with-sanitizers clang and its sanitizer and libFuzzer runtimes
-#    (scripts/fuzz.sh, scripts/sanitize.sh);
+#    (scripts/fuzz.sh, scripts/sanitize.sh) and clang-format (the test that the sources follow
+#    .clang-format);
 #  - LibTorch: PyTorch's wheel from PyPI (torch==2.11.0, the version of the GPU image, built for
 #    CUDA 13.0 with cuDNN, NCCL and Kineto) in the project's virtual environment .venv/. The build
 #    finds it there (CMakeLists.txt); on a machine without a GPU its CUDA LibTorch runs on the CPU.
@@ -27,7 +28,7 @@ packages=(
 for option in "$@"; do
   case "$option" in
     --with-reports) packages+=(python3-matplotlib python3-yaml) ;;
-    --with-sanitizers) packages+=(clang libclang-rt-dev) ;;
+    --with-sanitizers) packages+=(clang libclang-rt-dev clang-format) ;;
     *) echo "usage: scripts/install-deps.sh [--with-reports] [--with-sanitizers]" >&2; exit 2 ;;
   esac
 done

@@ -36,9 +36,7 @@ inline std::string write_file(const std::string& name, std::string_view bytes) {
   return path.string();
 }
 
-inline std::string_view as_text(const uint8_t* data, size_t size) {
-  return {reinterpret_cast<const char*>(data), size};
-}
+inline std::string_view as_text(const uint8_t* data, size_t size) { return {reinterpret_cast<const char*>(data), size}; }
 
 // Splits an input into at most `parts` pieces at kSeparator (in each harness's dictionary), so
 // that one input can hold a dataset and its predictions; missing pieces are empty.

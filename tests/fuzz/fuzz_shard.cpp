@@ -70,10 +70,15 @@ void write_integer_attribute(hid_t file, hid_t space, FuzzedDataProvider& input,
 
 void write_attributes(hid_t file, FuzzedDataProvider& input, const Counts& counts, int64_t first_example) {
   const hid_t scalar = H5Screate(H5S_SCALAR);
-  const std::pair<const char*, int64_t> integers[] = {
-      {"format_version", 1}, {"max_seq_length", 384},           {"doc_stride", 128},
-      {"max_query_length", 0}, {"shard_index", 0},               {"num_shards", 1},
-      {"first_example", first_example}, {"num_examples", counts.examples}, {"num_features", counts.features}};
+  const std::pair<const char*, int64_t> integers[] = {{"format_version", 1},
+                                                      {"max_seq_length", 384},
+                                                      {"doc_stride", 128},
+                                                      {"max_query_length", 0},
+                                                      {"shard_index", 0},
+                                                      {"num_shards", 1},
+                                                      {"first_example", first_example},
+                                                      {"num_examples", counts.examples},
+                                                      {"num_features", counts.features}};
   for (const auto& [name, typical] : integers) write_integer_attribute(file, scalar, input, name, typical);
   for (const char* name : kStringAttributes) {
     if (rarely(input)) continue;  // missing
@@ -97,20 +102,22 @@ void write_datasets(hid_t file, FuzzedDataProvider& input, const Counts& counts,
   for (const Dataset& dataset : kDatasets) {
     if (rarely(input)) continue;  // missing
     const hid_t type = now_and_then(input) ? input.PickValueInArray(kOtherTypes) : dataset.type;
-    if (dataset.extent == Extent::offsets && std::string(dataset.name).rfind("/contexts", 0) == 0) string_rows = counts.contexts + 1;
+    if (dataset.extent == Extent::offsets && std::string(dataset.name).rfind("/contexts", 0) == 0)
+      string_rows = counts.contexts + 1;
     const int64_t per_extent[] = {counts.tokens, counts.features, counts.examples, counts.contexts, string_bytes, string_rows};
     hsize_t dims[2] = {static_cast<hsize_t>(per_extent[static_cast<int>(dataset.extent)]), dataset.columns};
     if (now_and_then(input)) dims[0] = input.ConsumeIntegralInRange<hsize_t>(0, 24);
     if (now_and_then(input)) dims[1] += 1;
     const int rank = dims[1] == 1 && !now_and_then(input) ? 1 : 2;
     std::vector<int64_t> values(dims[0] * dims[1]);
-    const int64_t typical_max = dataset.typical_max ? dataset.typical_max
+    const int64_t typical_max = dataset.typical_max                  ? dataset.typical_max
                                 : dataset.extent == Extent::features ? first_example + counts.examples - 1
                                                                      : counts.contexts - 1;
     int64_t offset = 0;
     for (size_t i = 0; i < values.size(); ++i) {
       if (dataset.extent == Extent::offsets)
-        values[i] = now_and_then(input) ? input.ConsumeIntegral<int64_t>() : (offset += i ? input.ConsumeIntegralInRange(0, 3) : 0);
+        values[i] = now_and_then(input) ? input.ConsumeIntegral<int64_t>()
+                                        : (offset += i ? input.ConsumeIntegralInRange(0, 3) : 0);
       else
         values[i] = value_near(input, typical_max);
     }
