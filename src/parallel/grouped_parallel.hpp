@@ -155,6 +155,9 @@ class ShardedParallel : public GroupedParallel {
   void build_shards(const AdamWOptions& adam, bool own_shard_storage);
   // Frees the full gradient buffers until their first gradient (zero2) or their unit's backward (fsdp).
   void release_gradient_buffers();
+  // zero1 and zero2: the buckets, their slices (views of the full buffers) and the gradient hooks;
+  // a strategy that releases its gradients allocates a bucket's when its first gradient arrives.
+  void build_sharded_buckets(const AdamWOptions& adam);
   AdamW& optimizer() const override { return *optimizer_; }
 
   void reduce(size_t group) override;

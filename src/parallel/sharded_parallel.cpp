@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "grouped_parallel.hpp"
 
@@ -47,6 +48,14 @@ void ShardedParallel::build_shards(const AdamWOptions& adam, bool own_shard_stor
 
 void ShardedParallel::release_gradient_buffers() {
   for (FlatGroup& group : groups_) release_storage(group.grads);
+}
+
+void ShardedParallel::build_sharded_buckets(const AdamWOptions& adam) {
+  groups_ = group_into_buckets(parameters_, options_.first_bucket_mb, options_.bucket_mb, std::nullopt);
+  attach_gradient_views();
+  build_shards(adam, /*own_shard_storage=*/false);
+  install_hooks(/*allocate_before_accumulation=*/releases_gradients_);
+  if (releases_gradients_) release_gradient_buffers();
 }
 
 void ShardedParallel::reduce(size_t g) {

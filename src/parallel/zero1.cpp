@@ -1,8 +1,6 @@
 // zero1 (ZeRO stage 1): each bucket is reduce-scattered, each rank keeps the AdamW state of its
 // 1/N slice of every bucket only, updates that slice, and the parameters are all-gathered back.
 // The same arithmetic as ddp, with 1/N of the optimizer memory.
-#include <optional>
-
 #include "grouped_parallel.hpp"
 
 namespace mpibert {
@@ -13,10 +11,7 @@ class Zero1 final : public ShardedParallel {
   Zero1(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const AdamWOptions& adam,
         const DataParallelOptions& options)
       : ShardedParallel(model, std::move(communicator), options, /*releases_gradients=*/false) {
-    groups_ = group_into_buckets(parameters_, options.first_bucket_mb, options.bucket_mb, std::nullopt);
-    attach_gradient_views();
-    build_shards(adam, /*own_shard_storage=*/false);
-    install_hooks(/*allocate_before_accumulation=*/false);
+    build_sharded_buckets(adam);
     log_layout("zero1", "gradient buckets", "");
   }
 
