@@ -1,40 +1,66 @@
 #!/usr/bin/env bash
-# The one command a machine with an NVIDIA GPU runs after `bash scripts/build.sh`:
+# The one command a machine with an NVIDIA GPU runs, after `bash scripts/build.sh` or with a
+# bundle of binaries built elsewhere (scripts/gpu_bundle.sh, for a bare machine without network):
 #   1. what `mpibert env` sees; an NVIDIA driver (/proc/driver/nvidia) with no GPU visible to
 #      mpibert is a failure (a driver older than CUDA 13's, CUDA_VISIBLE_DEVICES, a container
 #      started without its GPUs), no driver at all is "nothing to check";
-#   2. the GPU tests (build/bin/test_gpu under mpiexec -n 1);
-#   3. short training runs of the fixture's tiny BERT (6 steps of global batch 16, gradient
+#   2. the GPU tests (test_gpu under mpiexec -n 1);
+#   3. short training runs of the fixture's tiny BERT (6 steps of global batch 24, gradient
 #      accumulation 2), each compared with what it must equal:
-#        1 rank on the GPU                      against 1 rank on the CPU   (max |w| difference)
-#        2 ranks x {ddp, zero1}, MPI on 1 GPU   against 1 rank on the GPU
-#        2 ranks x {ddp, zero1}, NCCL           against 1 rank on the GPU   (with 2 GPUs or more)
-#        a run stopped at step 3 and resumed    against the uninterrupted run (bit for bit: RNG)
-#        evaluation on the GPU                  against the CPU's, same checkpoint (EM/F1)
-#        a profiled run                         its trace holds our phases (and GPU kernels)
+#        1 rank on the GPU                          against 1 rank on the CPU (max |w| difference)
+#        2 and 3 ranks x {ddp, zero1, zero2, fsdp}  against 1 rank on the GPU, over NCCL (ranks
+#          sharing the one GPU: NCCL's test mode MPIBERT_NCCL_SHARED_GPU, placement.hpp)
+#        2 ranks x {ddp, zero2}, MPI on the GPU     against 1 rank on the GPU
+#        stopped at step 3 on 2 ranks, resumed on 3 against 1 rank on the GPU (resharding)
+#        a run stopped at step 3 and resumed        against the uninterrupted run: bit for bit
+#          with --deterministic, and the difference without it
+#        a rank failing after backward, a rank killed (SIGKILL): the job ends, promptly
+#        evaluation on the GPU                      against the CPU's, same checkpoint (EM/F1)
+#        a profiled run                             its trace holds our phases (and GPU kernels)
 #      printed as one table;
 #   4. unless --skip-throughput, STEPS (100) bf16 steps of bert-base at batch BATCH (32) on the
-#      bundled SQuAD v1.1 dev features: samples/s and peak GPU memory.
+#      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches (samples/s over
+#      the whole run and steady after the first logged interval, MFU, peak GPU memory), and HF's
+#      Trainer on the same GPU (bench/hf_peer/run_qa_peer.py throughput, full padding) unless
+#      --skip-peer.
 # Exits 1 on any failed check. `--device cpu` runs steps 3 on the CPU in place of the GPU (ctest
-# gpu_check.cpu), so that the script itself is tested where no GPU is.
-#   scripts/gpu_check.sh [--device cuda|cpu] [--skip-throughput]
+# gpu_check.cpu), so that the script itself is tested where no GPU is. `--out DIR` copies the
+# table, the throughput figures and a tarball of every log and results.json into DIR (4 files).
+#   scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-throughput] [--skip-peer]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 device=cuda
 throughput=1
+peer=1
+bundle=
+out=
+usage="usage: scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-throughput] [--skip-peer]"
 while [ $# -gt 0 ]; do
   case $1 in
     --device) device=$2; shift 2 ;;
+    --bundle) bundle=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
     --skip-throughput) throughput=0; shift ;;
-    *) echo "usage: scripts/gpu_check.sh [--device cuda|cpu] [--skip-throughput]" >&2; exit 2 ;;
+    --skip-peer) peer=0; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 [ "$device" = cuda ] || [ "$device" = cpu ] || { echo "gpu_check: --device cuda or cpu" >&2; exit 2; }
-bin=${MPIBERT_BIN_DIR:-build/bin}
-[ -x "$bin/mpibert" ] || { echo "gpu_check: $bin/mpibert not found: run bash scripts/build.sh first" >&2; exit 1; }
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
+bin=${MPIBERT_BIN_DIR:-build/bin}
+if [ -n "$bundle" ]; then
+  # The machine's own PyTorch holds the LibTorch (and its CUDA and NCCL libraries) to run against.
+  py=python3
+  bin=$bundle/bin
+  torch_libs=$("$py" -c 'import glob, os, torch
+site = os.path.dirname(os.path.dirname(torch.__file__))
+print(":".join([os.path.join(os.path.dirname(torch.__file__), "lib")] + sorted(glob.glob(site + "/nvidia/*/lib"))))')
+  export LD_LIBRARY_PATH=$bundle/lib:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "== bundle: $(tr '\n' ' ' < "$bundle/BUNDLE")"
+fi
+[ -x "$bin/mpibert" ] || { echo "gpu_check: $bin/mpibert not found: run bash scripts/build.sh first" >&2; exit 1; }
 
 echo "== mpibert env"
 env_json=$("$bin/mpibert" env)
@@ -89,11 +115,13 @@ logged split "$bin/mpibert-prep" split "$squad" --articles 0:3 --out "$work/trai
 logged split "$bin/mpibert-prep" split "$squad" --articles 3:4 --out "$work/eval.json"
 logged prep "$bin/mpibert-prep" --input "$work/train.json" --out "$work/shards/train" --split train "${prep[@]}"
 logged prep "$bin/mpibert-prep" --input "$work/eval.json" --out "$work/shards/eval" --split eval "${prep[@]}"
-common=(--vocab "$vocab" --train-shards "$work/shards/train" --threads 1 --padding full --learning-rate 1e-3 --seed 7
-        --logging-steps 1 --max-steps 6 --save-total-limit 1 --log-level warn)
-one_rank=(--batch-size 8 --gradient-accumulation 2)
-two_ranks=(--batch-size 4 --gradient-accumulation 2)
-mpi2=(mpiexec -n 2 --oversubscribe --bind-to none)
+unbounded=(--vocab "$vocab" --train-shards "$work/shards/train" --threads 1 --padding full --learning-rate 1e-3 --seed 7
+           --logging-steps 1 --save-total-limit 1 --log-level warn)
+common=("${unbounded[@]}" --max-steps 6)
+# Global batch 24 (divides among 1, 2 and 3 ranks), two micro-batches per step.
+per_rank() { echo --batch-size $((12 / $1)) --gradient-accumulation 2; }
+# ranks N: mpiexec's launch of N ranks (none for 1).
+ranks() { [ "$1" -eq 1 ] || echo mpiexec -n "$1" --oversubscribe --bind-to none; }
 run_ok() { [ -f "$work/$1/checkpoint-6/model.safetensors" ]; }
 # compare NAME A B LIMIT AGAINST: the weights of two runs' last checkpoints, within LIMIT.
 compare() {
@@ -104,29 +132,81 @@ compare() {
   record "$name" "$against" "max abs weight diff $difference" "$limit" \
     "$("$py" -c 'import sys; print(int(float(sys.argv[1]) <= float(sys.argv[2])))' "$difference" "$limit")"
 }
+# train NAME RANKS COMM [OPTION...]: a fixture run of RANKS ranks into $work/NAME. Ranks sharing
+# a GPU reach NCCL through its test mode.
+train() {
+  local name=$1 n=$2 comm=$3; shift 3
+  local shared=0
+  [ "$comm" = nccl ] && [ "$n" -gt "$gpus" ] && shared=1
+  MPIBERT_NCCL_SHARED_GPU=$shared logged "$name" $(ranks "$n") "$bin/mpibert" train --model-config "$work/config.json" \
+    "${common[@]}" $(per_rank "$n") --device "$device" --comm "$comm" --output-dir "$work/$name" "$@" || true
+}
 
 # Runs of an earlier check in GPU_CHECK_DIR are replaced, not continued.
-rm -rf "$work"/{cpu-1,dev-1,dev-2-*,straight,resumed,eval-*,profile}
-logged cpu-1 "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" "${one_rank[@]}" --device cpu --output-dir "$work/cpu-1" || true
-logged dev-1 "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" "${one_rank[@]}" --device "$device" --output-dir "$work/dev-1" || true
+rm -rf "$work"/{cpu-1,dev-*,straight*,resumed*,reshard,fail,killed,eval-*,profile}
+logged cpu-1 "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" $(per_rank 1) --device cpu --output-dir "$work/cpu-1" || true
+train dev-1 1 auto
 compare "1 rank on $device" cpu-1 dev-1 "$([ "$device" = cuda ] && echo 1e-4 || echo 0)" "1 rank on the CPU"
-comms=(mpi)
-[ "$gpus" -ge 2 ] && comms+=(nccl)
-for strategy in ddp zero1; do
-  for comm in "${comms[@]}"; do
-    name=dev-2-$strategy-$comm
-    logged "$name" "${mpi2[@]}" "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" "${two_ranks[@]}" \
-      --device "$device" --comm "$comm" --strategy "$strategy" --output-dir "$work/$name" || true
-    compare "2 ranks $strategy, $comm" dev-1 "$name" 1e-5 "1 rank on $device"
+multi=$([ "$device" = cuda ] && echo nccl || echo mpi)
+for n in 2 3; do
+  for strategy in ddp zero1 zero2 fsdp; do
+    train "dev-$n-$strategy-$multi" "$n" "$multi" --strategy "$strategy"
+    compare "$n ranks $strategy, $multi" dev-1 "dev-$n-$strategy-$multi" 1e-5 "1 rank on $device"
   done
 done
+if [ "$device" = cuda ]; then
+  for strategy in ddp zero2; do
+    train "dev-2-$strategy-mpi" 2 mpi --strategy "$strategy"
+    compare "2 ranks $strategy, mpi" dev-1 "dev-2-$strategy-mpi" 1e-5 "1 rank on $device"
+  done
+fi
+# Resharding: zero1's optimizer state saved by 2 ranks, loaded by 3.
+train reshard 2 "$multi" --strategy zero1 --stop-after-steps 3
+train reshard 3 "$multi" --strategy zero1 --resume auto
+compare "zero1 stopped on 2 ranks, resumed on 3" dev-1 reshard 1e-5 "1 rank on $device"
 
 # Resume: dropout on, so that the RNG state (CPU and CUDA) must come back with the checkpoint.
-dropout=(--model-config "$work/config-dropout.json" "${common[@]}" "${one_rank[@]}" --device "$device")
-logged straight "$bin/mpibert" train "${dropout[@]}" --output-dir "$work/straight" || true
-logged stopped "$bin/mpibert" train "${dropout[@]}" --stop-after-steps 3 --output-dir "$work/resumed" || true
-logged resumed "$bin/mpibert" train "${dropout[@]}" --resume auto --output-dir "$work/resumed" || true
-compare "checkpoint at step 3, resumed" straight resumed 0 "the run never stopped"
+# With --deterministic bit for bit; without it, the difference that the GPU's atomics leave.
+dropout=(--model-config "$work/config-dropout.json" "${common[@]}" $(per_rank 1) --device "$device")
+for mode in deterministic default; do
+  flags=()
+  [ $mode = deterministic ] && flags=(--deterministic)
+  logged "straight-$mode" "$bin/mpibert" train "${dropout[@]}" "${flags[@]}" --output-dir "$work/straight-$mode" || true
+  logged "stopped-$mode" "$bin/mpibert" train "${dropout[@]}" "${flags[@]}" --stop-after-steps 3 --output-dir "$work/resumed-$mode" || true
+  logged "resumed-$mode" "$bin/mpibert" train "${dropout[@]}" "${flags[@]}" --resume auto --output-dir "$work/resumed-$mode" || true
+done
+compare "checkpoint at step 3, resumed (--deterministic)" straight-deterministic resumed-deterministic 0 "the run never stopped"
+compare "checkpoint at step 3, resumed" straight-default resumed-default "$([ "$device" = cuda ] && echo 1e-5 || echo 0)" \
+  "the run never stopped"
+
+# A rank that fails after its backward (its gradients' collectives in flight), and one killed with
+# SIGKILL: the job must end promptly, not wait in a collective.
+ended_within() {  # NAME START RC LOG PATTERN: a row for a job that had to fail
+  local seconds found=0
+  seconds=$("$py" -c 'import sys, time; print("%.1f" % (time.time() - float(sys.argv[1])))' "$2")
+  grep -q "$5" "$4" && found=1
+  record "$1" "the job ends with its message" "exit $3 after $seconds s, message $([ $found = 1 ] && echo found || echo missing)" \
+    "non-zero, 60 s" "$([ "$3" -ne 0 ] && [ $found = 1 ] && "$py" -c 'import sys; sys.exit(float(sys.argv[1]) > 60)' "$seconds" && echo 1 || echo 0)"
+}
+start=$(date +%s.%N)
+rc=0
+MPIBERT_INJECT_FAILURE=1:3:backward MPIBERT_NCCL_SHARED_GPU=$([ "$multi" = nccl ] && [ "$gpus" -lt 2 ] && echo 1 || echo 0) \
+  $(ranks 2) "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" $(per_rank 2) --device "$device" \
+  --comm "$multi" --strategy ddp --output-dir "$work/fail" > "$work/fail.log" 2>&1 || rc=$?
+ended_within "rank 1 fails after backward, ddp, $multi" "$start" "$rc" "$work/fail.log" "MPIBERT_INJECT_FAILURE"
+rc=0
+MPIBERT_NCCL_SHARED_GPU=$([ "$multi" = nccl ] && [ "$gpus" -lt 2 ] && echo 1 || echo 0) \
+  $(ranks 2) "$bin/mpibert" train --model-config "$work/config.json" "${unbounded[@]}" $(per_rank 2) --device "$device" \
+  --comm "$multi" --strategy zero2 --max-steps 100000 --output-dir "$work/killed" > "$work/killed.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do  # until step 2 is logged (at most 60 s)
+  grep -q '"step":2,' "$work/killed/metrics.jsonl" 2>/dev/null && break
+  sleep 0.1
+done
+start=$(date +%s.%N)
+pkill -KILL -n -f -- "--output-dir $work/killed" || true
+wait $job || rc=$?
+ended_within "a rank killed (SIGKILL) mid-run, zero2, $multi" "$start" "$rc" "$work/killed.log" "exited on signal 9\|killed\|Killed"
 
 # Evaluation of one checkpoint on the device and on the CPU.
 if run_ok dev-1; then
@@ -152,7 +232,7 @@ else
 fi
 
 # A profile of steps 2-3: our phases, and on a GPU its kernels.
-logged profile "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" "${one_rank[@]}" --device "$device" \
+logged profile "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" $(per_rank 1) --device "$device" \
   --profile --profile-wait 1 --profile-warmup 1 --profile-active 2 --output-dir "$work/profile" || true
 verdict=$("$py" - "$work/profile/profile/trace.json" "$device" <<'PY'
 import json, sys
@@ -177,23 +257,65 @@ while IFS=$'\t' read -r check against measured limit result; do
 done < "$table"
 echo
 
+speeds=$work/throughput.md
+: > "$speeds"
 if [ "$device" = cuda ] && [ "$throughput" = 1 ]; then
-  echo "== bert-base training steps on the GPU"
+  echo "== bert-base training steps on the GPU (bf16, batch ${BATCH:-32}, ${STEPS:-100} steps)"
   if [ ! -f "$work/bert-shards/manifest.json" ]; then
-    mpirun -n 2 --bind-to none "$bin/mpibert-prep" --input "$squad" --vocab "$vocab" --out "$work/bert-shards" --split train --log-level warn
+    mpirun -n 4 --bind-to none "$bin/mpibert-prep" --input "$squad" --vocab "$vocab" --out "$work/bert-shards" --split train \
+      --log-level warn > "$work/bert-prep.log" 2>&1 || { tail -20 "$work/bert-prep.log"; failed=1; }
   fi
-  rm -rf "$work/bert-base"
-  "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" --train-shards "$work/bert-shards" \
-    --output-dir "$work/bert-base" --device cuda --bf16 --batch-size "${BATCH:-32}" --max-steps "${STEPS:-100}" \
-    --learning-rate 4e-5 --logging-steps 20 --save-total-limit 1
-  "$py" - "$work/bert-base/results.json" <<'PY'
+  echo "| run | samples/s, whole run | samples/s, steady | MFU | real tokens/sample | peak GPU memory |" > "$speeds"
+  echo "|---|---|---|---|---|---|" >> "$speeds"
+  for padding in full dynamic packed; do
+    rm -rf "$work/bert-$padding"
+    logged "bert-$padding" "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" \
+      --train-shards "$work/bert-shards" --output-dir "$work/bert-$padding" --device cuda --bf16 --padding "$padding" \
+      --batch-size "${BATCH:-32}" --max-steps "${STEPS:-100}" --learning-rate 4e-5 --logging-steps 20 --save-total-limit 1 || failed=1
+    # Steady: from the first logged step (its interval holds the warm-up) to the last.
+    "$py" - "$work/bert-$padding" "mpibert, $padding" >> "$speeds" <<'PY' || echo "| mpibert, $padding | failed (log) | | | | |" >> "$speeds"
 import json, sys
-r = json.load(open(sys.argv[1]))
-d = r["environment"]["devices"]
-print("gpu_check: %s, %d steps of batch %d: %.1f samples/s (steps only), peak GPU memory %.2f GiB"
-      % (d.get("name"), r["global_step"], r["parameters"]["batch_size"], r["train_step_samples_per_second"],
-         r.get("peak_gpu_memory_bytes", 0) / 2**30))
+run, label = sys.argv[1:]
+r = json.load(open(run + "/results.json"))
+steps = [json.loads(line) for line in open(run + "/metrics.jsonl") if '"loss"' in line]
+first, last = steps[0], steps[-1]
+batch = r["parameters"]["batch_size"] * r["parameters"].get("gradient_accumulation", 1)
+steady = (last["step"] - first["step"]) * batch / (last["seconds"] - first["seconds"])
+u = r.get("utilization", {})
+print("| %s | %.1f | %.1f (steps %d-%d) | %.3f | %.1f | %.2f GiB |" % (
+    label, r["train_step_samples_per_second"], steady, first["step"] + 1, last["step"], u.get("mfu", 0),
+    u.get("model_flops_per_sample", 0) / 6 / 110e6, r.get("peak_gpu_memory_bytes", 0) / 2**30))
 PY
+  done
+  if [ "$peer" = 1 ]; then
+    # HF's Trainer on the same GPU and features (run_qa's preprocessing, padded to 384), steady
+    # over the steps after its first.
+    if logged hf-peer "$py" bench/hf_peer/run_qa_peer.py throughput --train-file "$squad" --vocab "$vocab" \
+        --config bench/bert-base-config.json --batch "${BATCH:-32}" --steps "${STEPS:-100}" --padding full --bf16; then
+      "$py" - "$work/hf-peer.log" >> "$speeds" <<'PY'
+import json, sys
+r = json.loads([line for line in open(sys.argv[1]) if line.startswith("{")][-1])
+print("| HF Trainer, full | | %.1f (steps 2-%d) | | %.1f | |" % (r["samples_per_second"], r["steps"] + 1, r["real_tokens_per_sample"]))
+PY
+    else
+      echo "| HF Trainer, full | failed (log) | | | | |" >> "$speeds"
+    fi
+  fi
+  cat "$speeds"
+fi
+
+if [ -n "$out" ]; then
+  # At most 4 files: the two tables, the environment, and every log and results.json in a tarball.
+  mkdir -p "$out"
+  {
+    echo "| check | against | measured | limit | result |"
+    echo "|---|---|---|---|---|"
+    while IFS=$'\t' read -r check against measured limit result; do echo "| $check | $against | $measured | $limit | $result |"; done < "$table"
+  } > "$out/checks.md"
+  [ -s "$speeds" ] && cp "$speeds" "$out/throughput.md"
+  echo "$env_json" > "$out/env.json"
+  (cd "$work" && find . \( -name '*.log' -o -name 'results.json' -o -name 'metrics.jsonl' -o -name 'eval_results.json' \
+     -o -name 'trace.json' \) -print0 | tar --null -czf "$out/logs.tar.gz" -T -)
 fi
 echo "gpu_check: runs and logs in $work"
 if [ $failed = 1 ]; then echo "gpu_check: FAILED (table above)"; exit 1; fi

@@ -42,6 +42,21 @@ TEST(Backend, RanksSharingAGpuFallBackToMpiUnderAutoAndAreRefusedUnderNccl) {
   EXPECT_NE(refusal.find("--comm mpi"), std::string::npos) << refusal;
 }
 
+TEST(Backend, SharedGpusGoToNcclOnlyInItsTestModeWhichTheWarningNames) {
+  const std::vector<RankPlacement> shared = {cuda(0, "n1", 0), cuda(1, "n1", 0)};
+  for (CommChoice comm : {CommChoice::kAuto, CommChoice::kNccl}) {
+    const BackendChoice choice = choose_backend(comm, shared, true, /*shared_gpu_test_mode=*/true);
+    EXPECT_EQ(choice.backend, "nccl");
+    EXPECT_NE(choice.warning.find("MPIBERT_NCCL_SHARED_GPU"), std::string::npos) << choice.warning;
+    EXPECT_NE(choice.warning.find("ranks 0 and 1 share cuda:0 on n1"), std::string::npos) << choice.warning;
+  }
+  // The mode changes nothing where no GPU is shared, nor without NCCL, nor on CPUs.
+  EXPECT_EQ(choose_backend(CommChoice::kNccl, {cuda(0, "n1", 0), cuda(1, "n1", 1)}, true, true).warning, "");
+  EXPECT_EQ(choose_backend(CommChoice::kAuto, shared, false, true).backend, "mpi");
+  EXPECT_EQ(choose_backend(CommChoice::kAuto, {cpu(0, "n1"), cpu(1, "n1")}, true, true).backend, "mpi");
+  EXPECT_EQ(choose_backend(CommChoice::kMpi, shared, true, true).backend, "mpi");
+}
+
 TEST(Backend, NcclNeedsGpusAndABuildWithNccl) {
   const std::string on_cpus = test::error_of([] { choose_backend(CommChoice::kNccl, {cpu(0, "n1"), cpu(1, "n1")}, true); });
   EXPECT_NE(on_cpus.find("NCCL reduces CUDA tensors"), std::string::npos) << on_cpus;

@@ -177,6 +177,7 @@ void ModelCommands::Impl::add_train_options() {
              "openmpi (Open MPI's tuned choice)");
   add(o.model.autocast_bf16, "bf16 autocast, float32 master weights");
   add(o.tf32, "TF32 for float32 matrix products on GPUs");
+  add(o.deterministic, "deterministic algorithms (bit-exact reruns and resumes on GPUs; slower)");
   add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
   add(o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
   add(o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();

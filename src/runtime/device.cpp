@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -71,6 +72,17 @@ torch::Device select_device(DeviceChoice choice, int local_rank) {
 void set_tf32(bool enabled) {
   at::globalContext().setAllowTF32CuBLAS(enabled);
   at::globalContext().setAllowTF32CuDNN(enabled);
+}
+
+void set_deterministic(bool enabled) {
+  at::globalContext().setDeterministicAlgorithms(enabled, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(enabled);
+  at::globalContext().setSDPUseFlash(!enabled);
+  at::globalContext().setSDPUseMemEfficient(!enabled);
+  at::globalContext().setSDPUseCuDNN(!enabled);
+  // cuBLAS is deterministic only with a fixed workspace; torch checks this variable and refuses
+  // deterministic mode without it. A user's own setting is kept.
+  if (enabled) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
 }
 
 void synchronize(const torch::Device& device) {

@@ -115,10 +115,20 @@ const char* comm_choice_name(CommChoice choice) {
   return "auto";
 }
 
-BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& placements, bool nccl_built) {
+bool shared_gpu_test_mode_requested() {
+  const char* value = std::getenv("MPIBERT_NCCL_SHARED_GPU");
+  return value != nullptr && std::string(value) == "1";
+}
+
+BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& placements, bool nccl_built,
+                             bool shared_gpu_test_mode) {
   if (comm == CommChoice::kMpi) return {"mpi", ""};
   const bool cuda = all_on_cuda(placements);
   const std::string shared = cuda ? shared_gpus(placements) : "";
+  if (cuda && nccl_built && !shared.empty() && shared_gpu_test_mode)
+    return {"nccl", shared +
+                        ": accepted for NCCL in its test mode (MPIBERT_NCCL_SHARED_GPU=1): each rank is given a host "
+                        "of its own (NCCL_HOSTID) and NCCL joins them through its network transport, slowly"};
   if (comm == CommChoice::kNccl) {
     const char* comm_option = comm_choice_name(comm);
     if (!cuda)

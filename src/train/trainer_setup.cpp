@@ -108,6 +108,7 @@ void Trainer::check_eval_shards(const Manifest& eval) const {
 
 void Trainer::set_up_model_and_data() {
   set_tf32(options_.tf32);
+  set_deterministic(options_.deterministic);
   torch::manual_seed(options_.seed);
   resume_from_ = checkpoint_to_resume(checkpoint_context(), options_.resume);
   agree_on(ranks_, [&] {

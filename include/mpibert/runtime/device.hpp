@@ -20,6 +20,12 @@ torch::Device select_device(DeviceChoice choice, int local_rank);
 // TF32 for float32 matrix products and convolutions on GPUs (HF's --tf32); off is exact fp32.
 void set_tf32(bool enabled);
 
+// --deterministic: torch's deterministic algorithms (an error from any op that has none), cuBLAS's
+// fixed workspace, and on GPUs the math attention backend (the fused attention kernels' backward
+// adds with atomics, in an order that changes from run to run). For bit-exact reruns and resumes
+// on a GPU; slower. Call before the first CUDA matrix product (cuBLAS reads its variable then).
+void set_deterministic(bool enabled);
+
 // Waits for the device's queued work (a no-op on the CPU): for timings at logging steps only.
 void synchronize(const torch::Device& device);
 

@@ -47,6 +47,14 @@ struct BackendChoice {
 // --comm: kMpi; kNccl (every rank on a GPU of its own, and this build's NCCL: an InputError
 // naming what is missing or which ranks share a GPU otherwise); kAuto: NCCL where kNccl would be
 // accepted, MPI otherwise, with a warning when the ranks are on GPUs.
-BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& placements, bool nccl_built);
+// `shared_gpu_test_mode` (MPIBERT_NCCL_SHARED_GPU=1): ranks sharing a GPU are accepted for NCCL,
+// with a warning that names the mode. NCCL refuses two ranks of one host on one GPU, so the
+// communicator then gives each rank a host of its own (NCCL_HOSTID), and NCCL joins them through
+// its network transport: slow, but every multi-rank path runs over real NCCL on a one-GPU machine.
+BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& placements, bool nccl_built,
+                             bool shared_gpu_test_mode = false);
+
+// MPIBERT_NCCL_SHARED_GPU is set to 1.
+bool shared_gpu_test_mode_requested();
 
 }  // namespace mpibert

@@ -65,6 +65,7 @@ struct TrainOptions {
   CommChoice comm = CommChoice::kAuto;                 // with more than one rank (placement.hpp)
   MpiAlgorithm mpi_collectives = MpiAlgorithm::kRing;  // the MPI backend's algorithm (communicator.hpp)
   bool tf32 = false;                                   // TF32 matrix products for float32 on GPUs
+  bool deterministic = false;                          // bit-exact reruns on GPUs (device.hpp)
 };
 
 // Which records hold a field besides the command line and train_config.toml (bits).
@@ -127,6 +128,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"mpi_collectives", "--mpi-collectives", kDescribed}, o.mpi_collectives);
   visit(F{"bf16", "--bf16", kBoth}, o.model.autocast_bf16);
   visit(F{"tf32", "--tf32", kBoth}, o.tf32);
+  visit(F{"deterministic", "--deterministic", kBoth}, o.deterministic);
   visit(F{"profile", "--profile", kCommandLineOnly}, o.profile);
   visit(F{"profile_wait", "--profile-wait", kCommandLineOnly}, o.profile_schedule.wait);
   visit(F{"profile_warmup", "--profile-warmup", kCommandLineOnly}, o.profile_schedule.warmup);
