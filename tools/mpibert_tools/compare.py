@@ -1,7 +1,6 @@
-#!/usr/bin/python3
 """Compare training runs: a Markdown table on stdout, plots and comparison.md in --out.
 
-    results/compare RUN_DIR... [--baseline RUN_DIR] [--ranks RUN_DIR=N] [--strategy RUN_DIR=NAME]
+    tools/compare RUN_DIR... [--baseline RUN_DIR] [--ranks RUN_DIR=N] [--strategy RUN_DIR=NAME]
                     [--out DIR] [--title T]
 
 A RUN_DIR is any of (run_sources.py reads them):
@@ -38,8 +37,7 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-from run_sources import RunError, num, read_run  # noqa: E402  (beside this script)
+from .run_sources import RunError, num, read_run
 
 DASH = "\u2013"  # what a missing value prints as
 PHASES = [("data", "data"), ("forward", "forward"), ("backward", "backward"),
@@ -191,7 +189,7 @@ def setup_matplotlib():
     except ImportError:
         sys.exit("%s: matplotlib is missing: run this with /usr/bin/python3 (Debian's "
                  "python3-matplotlib: bash scripts/install-deps.sh --with-reports), e.g. "
-                 "`results/compare ...`, not `python3 results/compare`" % PROG)
+                 "`tools/compare ...`, not `python3 tools/compare`" % PROG)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     plt.rcParams.update({
@@ -516,7 +514,7 @@ def set_speedups(runs, baseline):
 
 def main(argv):
     parser = argparse.ArgumentParser(
-        prog="results/compare",
+        prog="tools/compare",
         description="Compare mpibert run directories: a Markdown table (stdout and "
                     "comparison.md) and loss.png, scaling.png, phases.png, memory.png.")
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
