@@ -585,8 +585,9 @@ def main(argv):
     plot_memory(plt, ordered, args.title, os.path.join(args.out, "memory.png"))
 
     md = ["# %s" % args.title, "", table, "", note, ""] + ([unrecorded, ""] if unrecorded else []) + ["Runs:", ""]
+    # Relative to the report, so that the same runs give the same file in any checkout.
     for run in ordered:
-        md.append("- `%s`: %s" % (run.label, run.dir))
+        md.append("- `%s`: %s" % (run.label, os.path.relpath(run.dir, args.out)))
     md.append("")
     for name, caption in images:
         md += ["## %s" % caption, "", "![%s](%s)" % (caption, name), ""]
