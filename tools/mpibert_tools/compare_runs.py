@@ -1,6 +1,6 @@
-"""Two tools/measure_scaling.sh outputs side by side, the runs before a change and after it: Open MPI's tuned
-collectives (COLLECTIVES=openmpi) against mpibert's ring, or the word embedding all-reduced dense
-(EMBEDDING=dense) against by touched rows.
+"""Two tools/measure_scaling.sh outputs side by side, the runs before a change and after it: Open
+MPI's tuned collectives (COLLECTIVES=openmpi) against mpibert's ring, or the word embedding
+all-reduced dense (EMBEDDING=dense) against by touched rows.
 
     tools/compare-runs BEFORE_DIR AFTER_DIR
 
