@@ -6,7 +6,7 @@
 # of SEEDS (default "42 43 44"; the seed draws the QA head, the data order and dropout):
 #   mpibert: scripts/pretrained_job.sh --seed S, 2 MPI ranks x 1 thread x batch 16;
 #   HF:      bench/hf_peer/run_qa_peer.py train --seed S, 1 process x 2 threads x batch 32.
-# Runs go to results/pretrained/{mpibert,hf-trainer}-minilm-seedS; results/compare writes the
+# Runs go to results/pretrained/{mpibert,hf-trainer}-minilm-seedS; tools/compare writes the
 # table and plots of every run there (earlier seeds included) to results/pretrained/, and the last
 # lines give each side's mean F1. Runs one after the other; on an otherwise idle machine the times
 # compare.
@@ -31,7 +31,7 @@ for run in "$out"/hf-trainer-minilm-seed*/; do
 done
 stated=()  # HF's files do not record the number of processes: one each here
 for run in "${runs[@]}"; do [[ $run == *hf-trainer* ]] && stated+=(--ranks "$run=1"); done
-results/compare "${runs[@]}" "${stated[@]}" --baseline "${runs[0]}" --out "$out" \
+tools/compare "${runs[@]}" "${stated[@]}" --baseline "${runs[0]}" --out "$out" \
   --title "all-MiniLM-L6-v2 fine-tuned on the bundled sample: HF Trainer and mpibert" > "$out/table.md"
 python3 - "${runs[@]}" >> "$out/table.md" <<'PY'
 import json, os, statistics, sys

@@ -2,7 +2,7 @@
 # Installs what mpibert needs, only what is missing:
 #  - Debian packages (without recommends): compilers, Open MPI, HDF5, spdlog, CLI11, GoogleTest...;
 #    with --with-reports also python3-matplotlib and python3-yaml for /usr/bin/python3
-#    (results/compare's plots and the hparams.yaml of Lightning logs; the tests need them, the main
+#    (tools/compare's plots and the hparams.yaml of Lightning logs; the tests need them, the main
 #    job does not); with --with-sanitizers clang and its sanitizer and libFuzzer runtimes
 #    (scripts/fuzz.sh, scripts/sanitize.sh) and clang-format (the test that the sources follow
 #    .clang-format);

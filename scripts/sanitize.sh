@@ -16,7 +16,7 @@ case "${1:-}" in
     dir=build-asan
     # The programs the scripted tests drive (SLURM, test hosts, reports, the build itself) are
     # covered by the suites they run; they stay in the plain build.
-    select=(-E '^(build|slurm|cluster|compare|gpu_check|model\.convert|data\.get_squad|docs|layers|scaling_model|fixtures|chaos)\.') ;;
+    select=(-E '^(build|slurm|cluster|compare|gpu_check|model\.convert|data\.get_squad|docs|layers|tools|fixtures|chaos)\.') ;;
   thread)
     bash scripts/build.sh --tsan test_comm test_comm_teardown test_data_parallel test_batching
     dir=build-tsan

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# results/compare end to end: four tiny training runs (1 rank; 2 ranks ddp, zero1, fsdp) of the
+# tools/compare end to end: four tiny training runs (1 rank; 2 ranks ddp, zero1, fsdp) of the
 # fixture model from random weights on a few SQuAD v1.1 dev articles, beside the output directory
 # of the real HF Trainer and the CSV log of Lightning's Trainer (tests/peer_runs), then the table,
 # the notes on what each source does not record, the validation loss by epoch, the memory per rank,
@@ -63,22 +63,22 @@ logged "$tmp/run3.log" "${mpi[@]}" "$bin/mpibert" "${train[@]}" --strategy zero1
 step "run 4: 2 ranks, fsdp"
 logged "$tmp/run4.log" "${mpi[@]}" "$bin/mpibert" "${train[@]}" --strategy fsdp --output-dir "$tmp/runs/r2-fsdp"
 
-step "results/compare: the four runs, the real HF Trainer's output_dir and Lightning's CSV log"
+step "tools/compare: the four runs, the real HF Trainer's output_dir and Lightning's CSV log"
 out=$tmp/report
 hf=$root/tests/peer_runs/hf-trainer
 lightning=$root/tests/peer_runs/lightning
 set +e
 # Given out of order, so the sort and the default baseline (fewest ranks) are exercised.
-"$root/results/compare" "$tmp/runs/r2-zero1" "$tmp/runs/r2-fsdp" "$tmp/runs/r2-ddp" "$tmp/runs/r1-single" "$hf" "$lightning" \
+"$root/tools/compare" "$tmp/runs/r2-zero1" "$tmp/runs/r2-fsdp" "$tmp/runs/r2-ddp" "$tmp/runs/r1-single" "$hf" "$lightning" \
   --ranks "$hf=1" --out "$out" --title "compare test" >"$tmp/compare.out" 2>"$tmp/compare.err"
 rc=$?
 set -e
 dump() {
-  echo "---- results/compare stdout"; cat "$tmp/compare.out"
-  echo "---- results/compare stderr"; cat "$tmp/compare.err"
+  echo "---- tools/compare stdout"; cat "$tmp/compare.out"
+  echo "---- tools/compare stderr"; cat "$tmp/compare.err"
   echo "---- $out"; ls -l "$out" 2>&1 || true
 }
-if [ $rc -ne 0 ]; then echo "FAIL: results/compare exited $rc"; dump; exit 1; fi
+if [ $rc -ne 0 ]; then echo "FAIL: tools/compare exited $rc"; dump; exit 1; fi
 cat "$tmp/compare.out"
 
 if ! "$py" - "$tmp/compare.out" "$out" "$tmp/runs" "$hf" "$lightning" <<'EOF'
@@ -223,8 +223,8 @@ then dump; exit 1; fi
 step "mpibert's HF-named files, read as an HF Trainer output_dir, give the same figures"
 mkdir -p "$tmp/runs/as-hf"
 cp "$tmp/runs/r1-single/"{all_results.json,train_results.json,eval_results.json,trainer_state.json} "$tmp/runs/as-hf/"
-"$root/results/compare" "$tmp/runs/r1-single" "$tmp/runs/as-hf" --out "$tmp/report-as-hf" >"$tmp/as-hf.out" 2>&1 || {
-  cat "$tmp/as-hf.out"; echo "FAIL: results/compare on the HF-named copy"; exit 1; }
+"$root/tools/compare" "$tmp/runs/r1-single" "$tmp/runs/as-hf" --out "$tmp/report-as-hf" >"$tmp/as-hf.out" 2>&1 || {
+  cat "$tmp/as-hf.out"; echo "FAIL: tools/compare on the HF-named copy"; exit 1; }
 "$py" - "$tmp/as-hf.out" <<'EOF' || { cat "$tmp/as-hf.out"; exit 1; }
 import sys
 rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in open(sys.argv[1]) if l.startswith("|")]
@@ -239,11 +239,11 @@ if theirs[header.index("source")] != "HF Trainer":
 print("HF-named files: the same training time, samples/s, epochs, EM and F1 as results.json")
 EOF
 
-step "an HF output_dir without --ranks, and a --ranks that names no run"
+step "an HF output_dir without --ranks (through results/compare, the old command, which execs tools/compare), and a --ranks that names no run"
 "$root/results/compare" "$hf" --out "$tmp/report3" >"$tmp/noranks.out" 2>&1 || { cat "$tmp/noranks.out"; echo "FAIL"; exit 1; }
 grep -qF "give --ranks hf-trainer=N" "$tmp/noranks.out" || { cat "$tmp/noranks.out"; echo "FAIL: no hint to give --ranks"; exit 1; }
 set +e
-"$root/results/compare" "$hf" --ranks "$tmp/nowhere=2" --out "$tmp/report3" >"$tmp/badranks.out" 2>&1
+"$root/tools/compare" "$hf" --ranks "$tmp/nowhere=2" --out "$tmp/report3" >"$tmp/badranks.out" 2>&1
 rc=$?
 set -e
 if [ $rc -ne 1 ] || ! grep -qF "is not one of the runs given" "$tmp/badranks.out"; then
@@ -254,7 +254,7 @@ step "a run directory without results.json"
 mkdir -p "$tmp/runs/broken"
 cp "$tmp/runs/r1-single/metrics.jsonl" "$tmp/runs/broken/"
 set +e
-"$root/results/compare" "$tmp/runs/r1-single" "$tmp/runs/broken" --out "$tmp/report2" >"$tmp/broken.out" 2>&1
+"$root/tools/compare" "$tmp/runs/r1-single" "$tmp/runs/broken" --out "$tmp/report2" >"$tmp/broken.out" 2>&1
 rc=$?
 set -e
 if [ $rc -ne 1 ] || ! grep -qF "$tmp/runs/broken" "$tmp/broken.out" || ! grep -qF "results.json" "$tmp/broken.out"; then
@@ -266,7 +266,7 @@ cat "$tmp/broken.out"
 step "a malformed results.json"
 echo '{"train_runtime": 1.0,' > "$tmp/runs/broken/results.json"
 set +e
-"$root/results/compare" "$tmp/runs/broken" --out "$tmp/report2" >"$tmp/broken.out" 2>&1
+"$root/tools/compare" "$tmp/runs/broken" --out "$tmp/report2" >"$tmp/broken.out" 2>&1
 rc=$?
 set -e
 if [ $rc -ne 1 ] || ! grep -qF "$tmp/runs/broken" "$tmp/broken.out" || ! grep -q "malformed" "$tmp/broken.out"; then

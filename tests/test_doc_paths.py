@@ -12,7 +12,7 @@ import unittest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ["README.md", "jobs/README.md"]
-FOLDERS = ("src/", "include/", "scripts/", "jobs/", "tests/", "bench/", "configs/", "data_prep/", "results/", ".ci/")
+FOLDERS = ("src/", "include/", "scripts/", "jobs/", "tests/", "bench/", "configs/", "data_prep/", "results/", "tools/", ".ci/")
 MADE_BY_RUNS = ("build/", ".venv", "bench/.venv-hf", "results/main/", "data_prep/downloads/")
 PLACEHOLDER = re.compile(r"(^|[/-])[A-Z][A-Z_]+([/.-]|$)")  # JOB, RUN, STRATEGY, NRANKSr...
 JOB_FILE = re.compile(r"^[\w.-]+\.(sh|sbatch|toml|env)$")

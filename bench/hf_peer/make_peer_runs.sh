@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes tests/peer_runs/: what the real HF Trainer and Lightning's Trainer leave behind, for the
-# tests of results/compare (tests/test_compare.sh) and of mpibert's HF-named files
+# tests of tools/compare (tests/test_compare.sh) and of mpibert's HF-named files
 # (tests/test_trainer.cpp). Both fine-tune the fixture's tiny QA model (tests/fixtures/model, HF's
 # BertForQuestionAnswering) for 12 steps of batch 8 on articles 2-3 of the bundled SQuAD v1.1 dev
 # set and evaluate on article 32, on the CPU, in bench/.venv-hf (requirements.txt):

@@ -13,7 +13,7 @@ does by default or dynamically (DataCollatorWithPadding, as run_qa with --pad_to
 The post-processing is utils_qa.postprocess_qa_predictions' (n-best start/end pairs, max answer
 length), scored with the official SQuAD v1.1 EM/F1. `train` leaves its output directory as run_qa.py
 does (Trainer.save_model, save_metrics("train"), save_state, then save_metrics("eval") and
-eval_predictions.json), which results/compare reads as it reads any HF Trainer run.
+eval_predictions.json), which tools/compare reads as it reads any HF Trainer run.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Tests of results/scaling_model/scaling_model.py (the alpha-beta model of mpibert's step).
+"""Tests of tools/mpibert_tools/scaling_model.py (the alpha-beta model of mpibert's step).
 
 Run from this directory:  /usr/bin/python3 -m unittest test_scaling_model
 """
@@ -9,10 +9,10 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "results", "scaling_model"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-import scaling_model as m  # noqa: E402
+from mpibert_tools import scaling_model as m  # noqa: E402
 
 SMALL = os.path.join(ROOT, "configs", "small-bert.json")
 MIB = 1024 * 1024

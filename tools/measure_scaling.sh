@@ -5,7 +5,7 @@
 # 1 Gbit/s, unlimited), with two bucket sizes (1 and 25 MiB) for ddp and 25 MiB for zero1, and at
 # 1 Gbit/s also zero2 and fsdp (25 MiB; fsdp's groups are the model's units); and bench_allreduce
 # over the same links, from which the model fits alpha and beta.
-#   sudo bash results/scaling_model/measure.sh [OUT_DIR]    # default results/scaling_model/measured
+#   sudo bash tools/measure_scaling.sh [OUT_DIR]    # default results/scaling_model/measured
 # Writes OUT_DIR/<rate>-<p>h-<strategy>-<bucket>mb/{results.json,metrics.jsonl,link.json} and
 # OUT_DIR/allreduce-<rate>-<p>r.txt. Needs root and a build (bash scripts/build.sh); about 15 min
 # on 2 cores. Run it on an idle machine: 3 ranks already share 2 cores.
@@ -16,7 +16,7 @@
 # the default, or dense, as before it), STRATEGIES (which of ddp zero1 zero2 fsdp to run, default
 # all) and ALLREDUCE (0: skip bench_allreduce).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/scripts/env.sh"
 export OMP_NUM_THREADS=1
 bin=${MPIBERT_BIN_DIR:-$root/build/bin}
@@ -26,9 +26,9 @@ batch=${BATCH:-8}
 collectives=${COLLECTIVES:-ring}
 embedding=${EMBEDDING:-sparse}
 strategies=${STRATEGIES:-ddp zero1 zero2 fsdp}
-[ "$(id -u)" -eq 0 ] || { echo "measure.sh: the test hosts need root" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || { echo "measure_scaling.sh: the test hosts need root" >&2; exit 1; }
 for f in mpibert mpibert-prep bench_allreduce; do
-  [ -x "$bin/$f" ] || { echo "measure.sh: $bin/$f not built (bash scripts/build.sh)" >&2; exit 1; }
+  [ -x "$bin/$f" ] || { echo "measure_scaling.sh: $bin/$f not built (bash scripts/build.sh)" >&2; exit 1; }
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/mpibert-measure.XXXXXX")
@@ -50,7 +50,7 @@ strategies_at() {  # RATE -> "STRATEGY BUCKET_MB" lines
 }
 
 for rate in ${RATES:-100 1000 unlimited}; do
-  case "$rate" in 100|1000|unlimited) ;; *) echo "measure.sh: RATES: $rate is not 100, 1000 or unlimited" >&2; exit 1 ;; esac
+  case "$rate" in 100|1000|unlimited) ;; *) echo "measure_scaling.sh: RATES: $rate is not 100, 1000 or unlimited" >&2; exit 1 ;; esac
   if [ "$rate" = unlimited ]; then
     bash "$hosts_sh" unshape "$work/hosts"
   else
@@ -60,7 +60,7 @@ for rate in ${RATES:-100 1000 unlimited}; do
     # Up to 8 MiB: past the small model's buckets (1 MiB, then 15.7 MiB) the bytes term is fitted;
     # few iterations, as 100 Mbit/s makes a large one take seconds.
     if [ "${ALLREDUCE:-1}" != 0 ]; then
-      echo "measure.sh: bench_allreduce, $p hosts, $rate Mbit/s"
+      echo "measure_scaling.sh: bench_allreduce, $p hosts, $rate Mbit/s"
       bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/bench_allreduce --op all --min-bytes 1K --max-bytes 16M --mpi-collectives $collectives" \
         "--factor 4 --warmup 2 --iters 5" > "$work/bench.out" 2> "$work/bench.log" ||
         { cat "$work/bench.log" >&2; exit 1; }
@@ -71,7 +71,7 @@ for rate in ${RATES:-100 1000 unlimited}; do
       read -r strategy bucket <<< "$spec"
       [[ " $strategies " == *" $strategy "* ]] || continue
       name=$rate-${p}h-$strategy-${bucket}mb
-      echo "measure.sh: $name"
+      echo "measure_scaling.sh: $name"
       rm -rf "$work/run"
       bash "$hosts_sh" mpirun "$work/hosts" "$p" "$bin/mpibert train --model-config $root/configs/small-bert.json" \
         "--vocab $vocab --train-shards $work/shards --output-dir $work/run --strategy $strategy --bucket-mb $bucket" \
@@ -84,4 +84,4 @@ for rate in ${RATES:-100 1000 unlimited}; do
     done
   done
 done
-echo "measure.sh: runs and benchmarks in $out; next: /usr/bin/python3 results/scaling_model/scaling_model.py all"
+echo "measure_scaling.sh: runs and benchmarks in $out; next: tools/scaling-model all"

@@ -1,4 +1,4 @@
-"""Run directories of three kinds, read into one record for results/compare.
+"""Run directories of three kinds, read into one record for tools/compare.
 
 - mpibert: what `mpibert train --output-dir RUN` writes (results.json, metrics.jsonl).
 - HF Trainer: an output_dir of transformers' Trainer as run_qa.py leaves it (all_results.json,

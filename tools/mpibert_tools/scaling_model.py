@@ -1,11 +1,10 @@
-#!/usr/bin/python3
 """Alpha-beta scaling model of mpibert's data-parallel training step.
 
-Usage (from anywhere; paths default to this script's directory):
+Usage (from anywhere; paths default to results/scaling_model/, where its inputs and outputs are kept):
 
-    scaling_model.py check   [--measured DIR] [--out DIR] [--no-plot]
-    scaling_model.py project [--clusters FILE] [--out DIR] [--no-plot]
-    scaling_model.py all     [options of both]
+    tools/scaling-model check   [--measured DIR] [--out DIR] [--no-plot]
+    tools/scaling-model project [--clusters FILE] [--out DIR] [--no-plot]
+    tools/scaling-model all     [options of both]
 
 `check` reads measured/<run>/{results.json,metrics.jsonl,link.json} and
 measured/allreduce-<rate>-<p>r.txt (bench_allreduce output; <rate> is rate_mbit or
@@ -70,7 +69,7 @@ Approximations (stated, not hidden):
     activations autograd saves per token (counted from src/model/bert_qa.cpp's forward, with
     scaled_dot_product_attention's memory-efficient kernel: no seq x seq tensor kept), the weight
     copies the forward saves, fsdp's units in flight, and a workspace allowance (clusters.json).
-    See README.md for the formulas.
+    See results/scaling_model/README.md for the formulas.
 """
 
 import argparse
@@ -80,7 +79,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA_DIR = os.path.join(REPO_ROOT, "results", "scaling_model")  # the measurements, clusters.json, the outputs
 MIB = 1024 * 1024
 FIRST_BUCKET_MB = 1.0
 SPARSE_ROWS_MAX_FRACTION = 0.9  # DataParallelOptions::sparse_rows_max_fraction
@@ -753,7 +753,7 @@ def rate_token(rate_mbit):
 
 def load_measured(measured):
     if not os.path.isdir(measured):
-        raise InputError(f"{measured}: no such directory (run results/scaling_model/measure.sh first)")
+        raise InputError(f"{measured}: no such directory (run tools/measure_scaling.sh first)")
     runs = [load_run(os.path.join(measured, d)) for d in sorted(os.listdir(measured))
             if os.path.isdir(os.path.join(measured, d))]
     if not runs:
@@ -1614,8 +1614,8 @@ largest over the backward's position), the sum of:
 
 def write_projection(clusters_path, out, plot=True):
     raw = load_clusters(clusters_path)
-    configs = {"bert-base": load_config(os.path.join(HERE, "..", "..", "bench", "bert-base-config.json")),
-               "bert-large": load_config(os.path.join(HERE, "bert-large-config.json"))}
+    configs = {"bert-base": load_config(os.path.join(REPO_ROOT, "bench", "bert-base-config.json")),
+               "bert-large": load_config(os.path.join(DATA_DIR, "bert-large-config.json"))}
     projections, batch = run_projections(raw, configs, clusters_path)
     batches = batch_table(raw, configs, clusters_path)
     lines = ["# Scaling projection: mpibert data-parallel BERT on GPU clusters", "",
@@ -1804,9 +1804,9 @@ def plot_memory(batches, configs, devices, path, seq_len, batch, p, usable):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["check", "project", "all"])
-    parser.add_argument("--measured", default=os.path.join(HERE, "measured"))
-    parser.add_argument("--clusters", default=os.path.join(HERE, "clusters.json"))
-    parser.add_argument("--out", default=HERE)
+    parser.add_argument("--measured", default=os.path.join(DATA_DIR, "measured"))
+    parser.add_argument("--clusters", default=os.path.join(DATA_DIR, "clusters.json"))
+    parser.add_argument("--out", default=DATA_DIR)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG files")
     args = parser.parse_args(argv)
     try:
@@ -1817,7 +1817,7 @@ def main(argv=None):
             write_check(args.measured, args.out, plot=not args.no_plot)
             print(f"wrote {os.path.join(args.out, 'check.md')}")
     except InputError as error:
-        print(f"scaling_model.py: {error}", file=sys.stderr)
+        print(f"scaling-model: {error}", file=sys.stderr)
         return 1
     return 0
 

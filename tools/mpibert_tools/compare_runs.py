@@ -1,9 +1,8 @@
-#!/usr/bin/python3
-"""Two measure.sh outputs side by side, the runs before a change and after it: Open MPI's tuned
-collectives (COLLECTIVES=openmpi) against mpibert's ring, or the word embedding all-reduced dense
-(EMBEDDING=dense) against by touched rows.
+"""Two tools/measure_scaling.sh outputs side by side, the runs before a change and after it: Open
+MPI's tuned collectives (COLLECTIVES=openmpi) against mpibert's ring, or the word embedding
+all-reduced dense (EMBEDDING=dense) against by touched rows.
 
-    compare_runs.py BEFORE_DIR AFTER_DIR
+    tools/compare-runs BEFORE_DIR AFTER_DIR
 
 For every run present in both, per step: the step time, the gradient bytes a rank reduced, the
 gradient transfer after backward (the exposed part) and the wait after backward (both means over
@@ -91,16 +90,19 @@ def bandwidth_table(before, after, sides):
 
 
 def main(argv):
-    if len(argv) != 3:
+    """argv: BEFORE_DIR AFTER_DIR (the arguments, without the program's name)."""
+    if len(argv) != 2:
         sys.exit(__doc__)
-    names = common_runs(argv[1], argv[2])
-    sides = side_names(argv[1], argv[2], names)
-    print(run_table(argv[1], argv[2], names, sides))
-    bandwidth = bandwidth_table(argv[1], argv[2], sides)
+    before, after = argv
+    names = common_runs(before, after)
+    sides = side_names(before, after, names)
+    print(run_table(before, after, names, sides))
+    bandwidth = bandwidth_table(before, after, sides)
     if bandwidth:
         print()
         print(bandwidth)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv[1:]))
