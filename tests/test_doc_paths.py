@@ -1,21 +1,41 @@
-"""Every path that README.md and jobs/README.md name in `code` exists in the repository.
+"""The documentation names what exists, and the README's commands can run as written.
 
-A path is a word in backticks that starts with one of the repository's folders (src/, jobs/, ...)
-or, in jobs/README.md's inline code, a script or job file of jobs/ named alone (`submit.sh`). Fenced
-blocks count too (a listing of run outputs there names no job file). Left out: what a
-build, an install or a run makes (build/, .venv/, bench/.venv-hf, results/main/, run folders)
-and templates with capitalized placeholders (jobs/JOB.sbatch, RUN/results.json).
+- Every path that README.md, jobs/README.md and docs/*.md name in `code` exists in the repository.
+  A path is a word in backticks that starts with one of the repository's folders (src/, jobs/, ...)
+  or, in jobs/README.md's inline code, a script or job file of jobs/ named alone (`submit.sh`).
+  Fenced blocks count too (a listing of run outputs there names no job file). Left out: what a
+  build, an install or a run makes (build/, .venv/, bench/.venv-hf, results/main/, results/sample,
+  run folders) and templates with capitalized placeholders (jobs/JOB.sbatch, RUN/results.json).
+- Every relative Markdown link of those files points at a file that exists, and its #anchor at one
+  of that file's headings (GitHub's anchors).
+- The README's ```bash blocks: a script run as `bash X` exists; a program invoked directly (the
+  first word of a command, after `$(`, `&&`, `|`, `;`, or the program `mpirun`/`srun` starts) exists
+  and is executable (under build/bin/ only once built: skipped with a message otherwise); and
+  every option of the README's `build/bin/mpibert train` commands is one that
+  `build/bin/mpibert train --help` lists (skipped with a message when build/bin/mpibert is not built).
 """
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import unittest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCS = ["README.md", "jobs/README.md"]
-FOLDERS = ("src/", "include/", "scripts/", "jobs/", "tests/", "bench/", "configs/", "data_prep/", "results/", "tools/", ".ci/")
-MADE_BY_RUNS = ("build/", ".venv", "bench/.venv-hf", "results/main/", "data_prep/downloads/")
+DOCS = ["README.md", "jobs/README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+FOLDERS = ("src/", "include/", "scripts/", "jobs/", "tests/", "bench/", "configs/", "data_prep/", "results/", ".ci/",
+           "docs/", "tools/")
+MADE_BY_RUNS = ("build/", ".venv", "bench/.venv-hf", "results/main/", "results/sample", "results/comparison",
+                "data_prep/downloads/")
 PLACEHOLDER = re.compile(r"(^|[/-])[A-Z][A-Z_]+([/.-]|$)")  # JOB, RUN, STRATEGY, NRANKSr...
 JOB_FILE = re.compile(r"^[\w.-]+\.(sh|sbatch|toml|env)$")
+LAUNCHERS = ("mpirun", "mpiexec", "srun")
+MPIBERT = "build/bin/mpibert"
+
+
+def skip_notice(message):
+    """A skip that shows in ctest's output too (unittest prints skip reasons only with -v)."""
+    print(f"test_doc_paths: SKIPPED: {message}", file=sys.stderr)
 
 
 def named_paths(doc, text=None):
@@ -24,26 +44,148 @@ def named_paths(doc, text=None):
     for fenced, inline in re.findall(r"```[^\n]*\n(.*?)```|`([^`\n]+)`", text, re.S):
         for word in (fenced or inline).split():
             word = word.strip("\"'(),;:")
-            if word.startswith(FOLDERS) and not word.startswith(MADE_BY_RUNS) and not PLACEHOLDER.search(word):
+            template = PLACEHOLDER.search(word.replace("README", "readme"))
+            if word.startswith(FOLDERS) and not word.startswith(MADE_BY_RUNS) and not template:
                 yield word
             elif doc.startswith("jobs/") and inline and JOB_FILE.match(word):
                 yield "jobs/" + word
 
 
+def heading_anchor(heading):
+    """GitHub's anchor for a heading: lower case, no punctuation but - and _, spaces to -."""
+    text = re.sub(r"[`*]", "", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path):
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def links(doc, text=None):
+    """(target file, anchor or None) of every relative Markdown link, outside code."""
+    text = (ROOT / doc).read_text(encoding="utf-8") if text is None else text
+    text = re.sub(r"```.*?```|`[^`\n]+`", "", text, flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        file, _, anchor = target.partition("#")
+        path = (ROOT / doc).parent / file if file else ROOT / doc
+        yield path.resolve(), anchor or None, target
+
+
+def bash_commands(text):
+    """The commands of ```bash blocks: continuation lines joined, comments dropped, split at ; && || | $(."""
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        block = re.sub(r"\\\n", " ", block)
+        for line in block.splitlines():
+            line = re.sub(r"(^|\s)#.*$", "", line)
+            for command in re.split(r";|&&|\|\||\||\$\(|\)", line):
+                words = command.split()
+                if words:
+                    yield words
+
+
+def invoked(words):
+    """('bash', script) or ('direct', program) for a command's words; None for anything else."""
+    words = [w for w in words if not re.match(r"^\w+=", w)] if words and re.match(r"^\w+=", words[0]) else words
+    if not words or words[0] in ("for", "do", "done", "mkdir", "curl", "echo", "cd", "export", "source"):
+        return None
+    if words[0] == "bash":
+        return ("bash", words[1]) if len(words) > 1 else None
+    if words[0] in LAUNCHERS:  # the program is the first word that names a file of the repository
+        for word in words[1:]:
+            if word.startswith(FOLDERS + ("build/",)):
+                return ("direct", word)
+        return None
+    if words[0].startswith(FOLDERS + ("build/",)):
+        return ("direct", words[0])
+    return None
+
+
+def train_options(text):
+    """Options given to `build/bin/mpibert train` in the README's ```bash blocks."""
+    options = set()
+    for words in bash_commands(text):
+        for i, word in enumerate(words[:-1]):
+            if word == MPIBERT and words[i + 1] == "train":
+                options.update(w.split("=")[0] for w in words[i + 2:] if w.startswith("--"))
+    return options
+
+
 class DocumentedPaths(unittest.TestCase):
     def test_every_named_path_exists(self):
+        missing = []
         for doc in DOCS:
             paths = sorted(set(named_paths(doc)))
-            self.assertGreater(len(paths), 10, f"{doc}: the pattern found almost no paths")
-            missing = [path for path in paths if not (ROOT / path).exists()]
-            self.assertEqual(missing, [], f"{doc} names paths that do not exist")
+            self.assertGreater(len(paths), 3, f"{doc}: the pattern found almost no paths")
+            missing += [f"{doc}: {path}" for path in paths if not (ROOT / path).exists()]
+        self.assertEqual(missing, [], "paths named that do not exist")
+
+    def test_links_point_at_files_and_headings(self):
+        broken = []
+        for doc in DOCS:
+            for path, anchor, target in links(doc):
+                if not path.exists():
+                    broken.append(f"{doc}: {target} (no such file)")
+                elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+                    broken.append(f"{doc}: {target} (no such heading)")
+        self.assertEqual(broken, [])
 
     def test_the_pattern_finds_paths_and_leaves_out_outputs(self):
-        text = ("Run `bash scripts/no_such.sh` then `results/compare RUN/results.json`.\n"
+        text = ("Run `bash scripts/no_such.sh` then `results/compare RUN/results.json` (`tools/README.md`).\n"
                 "```bash\njobs/submit.sh ddp -- --out build/bin/x\nlib.sh\n```\n`submit.sh` and `lib.sh`\n")
-        self.assertEqual(sorted(named_paths("README.md", text)), ["jobs/submit.sh", "results/compare", "scripts/no_such.sh"])
+        self.assertEqual(sorted(named_paths("README.md", text)),
+                         ["jobs/submit.sh", "results/compare", "scripts/no_such.sh", "tools/README.md"])
         self.assertEqual(sorted(named_paths("jobs/README.md", text)),
-                         ["jobs/lib.sh", "jobs/submit.sh", "jobs/submit.sh", "results/compare", "scripts/no_such.sh"])
+                         ["jobs/lib.sh", "jobs/submit.sh", "jobs/submit.sh", "results/compare", "scripts/no_such.sh",
+                          "tools/README.md"])
+
+    def test_the_command_parser(self):
+        text = ("```bash\nbash scripts/a.sh && bash scripts/b.sh x   # bash scripts/comment.sh\n"
+                "prep=$(jobs/submit.sh prep -- a b)\nmkdir -p models\n"
+                "mpirun -n 2 --bind-to none build/bin/mpibert train \\\n  --seed 42 --bf16=true\n"
+                "echo hi | build/bin/mpibert tokenize --vocab v\n```\n```text\nbash scripts/output.sh\n```\n")
+        found = [invoked(words) for words in bash_commands(text)]
+        self.assertEqual([f for f in found if f],
+                         [("bash", "scripts/a.sh"), ("bash", "scripts/b.sh"), ("direct", "jobs/submit.sh"),
+                          ("direct", MPIBERT), ("direct", MPIBERT)])
+        self.assertEqual(train_options(text), {"--seed", "--bf16"})
+        self.assertEqual(heading_anchor("`mpibert score`: the official SQuAD scorers"),
+                         "mpibert-score-the-official-squad-scorers")
+        self.assertEqual(heading_anchor("Pretrained MiniLM: mpibert beside HF's Trainer"),
+                         "pretrained-minilm-mpibert-beside-hfs-trainer")
+
+
+class ReadmeCommands(unittest.TestCase):
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+
+    def test_scripts_and_programs_exist_and_run(self):
+        problems, unbuilt = [], set()
+        for kind, path in filter(None, map(invoked, bash_commands(self.text))):
+            file = ROOT / path
+            if path.startswith("build/") and not file.exists():
+                unbuilt.add(path)
+            elif not file.is_file():
+                problems.append(f"{path}: no such file")
+            elif kind == "direct" and not os.access(file, os.X_OK):
+                problems.append(f"{path}: invoked directly but not executable")
+        if unbuilt:
+            skip_notice(f"README programs not built, not checked: {', '.join(sorted(unbuilt))}")
+        self.assertEqual(problems, [], "README.md's commands name scripts or programs that cannot run")
+
+    def test_the_train_command_uses_options_mpibert_has(self):
+        options = train_options(self.text)
+        self.assertIn("--output-dir", options, "README.md has no `build/bin/mpibert train` command line")
+        binary = ROOT / MPIBERT
+        if not os.access(binary, os.X_OK):
+            skip_notice(f"{MPIBERT} is not built: the README's `mpibert train` options were not checked")
+            self.skipTest(f"{MPIBERT} is not built")
+        help_text = subprocess.run([str(binary), "train", "--help"], capture_output=True, text=True, timeout=60,
+                                   cwd=ROOT).stdout
+        known = set(re.findall(r"--[a-z][\w-]*", help_text))
+        self.assertGreater(len(known), 20, f"`{MPIBERT} train --help` listed almost no options")
+        self.assertEqual(sorted(options - known), [], "README.md's `mpibert train` options that mpibert does not have")
 
 
 if __name__ == "__main__":
