@@ -20,7 +20,7 @@
 #      printed as one table;
 #   4. unless --skip-throughput, STEPS (100) bf16 steps of bert-base at batch BATCH (32) on the
 #      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches (samples/s over
-#      the whole run and steady after the first logged interval, MFU, peak GPU memory), and HF's
+#      the whole run and steady after the warm-up steps, MFU, peak GPU memory), and HF's
 #      Trainer on the same GPU (bench/hf_peer/run_qa_peer.py throughput, full padding) unless
 #      --skip-peer.
 # Exits 1 on any failed check. `--device cpu` runs steps 3 on the CPU in place of the GPU (ctest
@@ -265,37 +265,32 @@ if [ "$device" = cuda ] && [ "$throughput" = 1 ]; then
     mpirun -n 4 --bind-to none "$bin/mpibert-prep" --input "$squad" --vocab "$vocab" --out "$work/bert-shards" --split train \
       --log-level warn > "$work/bert-prep.log" 2>&1 || { tail -20 "$work/bert-prep.log"; failed=1; }
   fi
-  echo "| run | samples/s, whole run | samples/s, steady | MFU | real tokens/sample | peak GPU memory |" > "$speeds"
+  echo "| run | samples/s, whole run | samples/s, steady | MFU | model GFLOP/sample (real tokens) | peak GPU memory |" > "$speeds"
   echo "|---|---|---|---|---|---|" >> "$speeds"
   for padding in full dynamic packed; do
     rm -rf "$work/bert-$padding"
     logged "bert-$padding" "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" \
       --train-shards "$work/bert-shards" --output-dir "$work/bert-$padding" --device cuda --bf16 --padding "$padding" \
       --batch-size "${BATCH:-32}" --max-steps "${STEPS:-100}" --learning-rate 4e-5 --logging-steps 20 --save-total-limit 1 || failed=1
-    # Steady: from the first logged step (its interval holds the warm-up) to the last.
     "$py" - "$work/bert-$padding" "mpibert, $padding" >> "$speeds" <<'PY' || echo "| mpibert, $padding | failed (log) | | | | |" >> "$speeds"
 import json, sys
 run, label = sys.argv[1:]
 r = json.load(open(run + "/results.json"))
-steps = [json.loads(line) for line in open(run + "/metrics.jsonl") if '"loss"' in line]
-first, last = steps[0], steps[-1]
-batch = r["parameters"]["batch_size"] * r["parameters"].get("gradient_accumulation", 1)
-steady = (last["step"] - first["step"]) * batch / (last["seconds"] - first["seconds"])
-u = r.get("utilization", {})
-print("| %s | %.1f | %.1f (steps %d-%d) | %.3f | %.1f | %.2f GiB |" % (
-    label, r["train_step_samples_per_second"], steady, first["step"] + 1, last["step"], u.get("mfu", 0),
-    u.get("model_flops_per_sample", 0) / 6 / 110e6, r.get("peak_gpu_memory_bytes", 0) / 2**30))
+u = r["utilization"]
+print("| %s | %.1f | %.1f (after step %d) | %.3f (steady %.3f) | %.1f | %.2f GiB |" % (
+    label, r["train_step_samples_per_second"], r["train_steady_samples_per_second"], r["steady_after_steps"], u["mfu"],
+    u["steady_mfu"], u["model_flops_per_sample"] / 1e9, r.get("peak_gpu_memory_bytes", 0) / 2**30))
 PY
   done
   if [ "$peer" = 1 ]; then
     # HF's Trainer on the same GPU and features (run_qa's preprocessing, padded to 384), steady
     # over the steps after its first.
     if logged hf-peer "$py" bench/hf_peer/run_qa_peer.py throughput --train-file "$squad" --vocab "$vocab" \
-        --config bench/bert-base-config.json --batch "${BATCH:-32}" --steps "${STEPS:-100}" --padding full --bf16; then
+        --config bench/bert-base-config.json --batch "${BATCH:-32}" --steps "${STEPS:-100}" --padding full --bf16 --device cuda; then
       "$py" - "$work/hf-peer.log" >> "$speeds" <<'PY'
 import json, sys
 r = json.loads([line for line in open(sys.argv[1]) if line.startswith("{")][-1])
-print("| HF Trainer, full | | %.1f (steps 2-%d) | | %.1f | |" % (r["samples_per_second"], r["steps"] + 1, r["real_tokens_per_sample"]))
+print("| HF Trainer, full | | %.1f (steps 2-%d) | | %.1f | |" % (r["samples_per_second"], r["steps"] + 1, r["model_flops_per_sample"] / 1e9))
 PY
     else
       echo "| HF Trainer, full | failed (log) | | | | |" >> "$speeds"

@@ -12,6 +12,7 @@
 #include "mpibert/data/batching.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/varlen_attention.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/nn/safetensors.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
@@ -169,6 +170,44 @@ void expect_one_rank_round_trip(Communicator& comm, const torch::Device& device)
   comm.all_reduce_sum(reduced_longs, "all-reduce of int64")->wait();
   EXPECT_TRUE(torch::equal(reduced_longs, longs));
   comm.barrier("barrier");
+}
+
+// The variable-length kernels (varlen_attention.hpp) against SDPA feature by feature in float64:
+// the context and the gradients of q, k and v, for the flash kernel (bf16) and the
+// memory-efficient one (float32), over features of uneven lengths.
+TEST(GpuVarlenAttention, FollowsAttentionFeatureByFeature) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu(torch::kCUDA, 0);
+  const std::vector<int64_t> offsets = {0, 37, 40, 168, 250};
+  const int64_t tokens = offsets.back(), heads = 4, head_size = 64;
+  for (const auto& [dtype, limit] : {std::pair{torch::kBFloat16, 2e-2}, std::pair{torch::kFloat, 1e-5}}) {
+    torch::manual_seed(3);
+    std::array<torch::Tensor, 3> qkv;
+    for (auto& x : qkv)
+      x = torch::randn({tokens, heads, head_size}, torch::TensorOptions().device(gpu).dtype(dtype)).requires_grad_();
+    const auto context = varlen_attention(qkv[0], qkv[1], qkv[2], VarlenLayout::of(offsets, gpu), 0.0);
+    ASSERT_TRUE(context.has_value()) << "no variable-length kernel for " << dtype;
+    const torch::Tensor upstream = torch::randn_like(*context);
+    (*context * upstream).sum().backward();
+    std::vector<torch::Tensor> references;
+    std::array<torch::Tensor, 3> reference_inputs;
+    for (size_t i = 0; i < 3; ++i) reference_inputs[i] = qkv[i].detach().to(torch::kCPU, torch::kDouble).requires_grad_();
+    for (size_t f = 0; f + 1 < offsets.size(); ++f) {
+      auto feature = [&](const torch::Tensor& x) { return x.slice(0, offsets[f], offsets[f + 1]).transpose(0, 1); };
+      references.push_back(at::scaled_dot_product_attention(feature(reference_inputs[0]), feature(reference_inputs[1]),
+                                                            feature(reference_inputs[2]))
+                               .transpose(0, 1));
+    }
+    const torch::Tensor reference = torch::cat(references);
+    (reference * upstream.to(torch::kCPU, torch::kDouble)).sum().backward();
+    EXPECT_LT(max_abs_diff(*context, reference), limit) << dtype;
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_LT(max_abs_diff(qkv[i].grad(), reference_inputs[i].grad()), 4 * limit) << dtype << " grad " << i;
+    std::cout << "  varlen " << dtype << ": context max |diff| " << max_abs_diff(*context, reference) << "\n";
+  }
+  // Under --deterministic, or on the CPU, the caller loops over the features instead.
+  const auto cpu = torch::randn({8, 2, 8});
+  EXPECT_FALSE(varlen_attention(cpu, cpu, cpu, VarlenLayout::of({0, 3, 8}, torch::kCPU), 0.0).has_value());
 }
 
 TEST(GpuCommunicator, NcclOneRankRoundTripIsExact) {

@@ -89,6 +89,11 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   EXPECT_EQ(results["epoch"], 2.0);
   expect_utilization_of_whole_epochs(results);
   const int64_t steps = results["global_step"];
+  // The steady rate counts the steps after the warm-up ones, when the run has any.
+  ASSERT_EQ(results["steady_after_steps"], 10);
+  const double steady = results["train_steady_samples_per_second"];
+  EXPECT_EQ(steady > 0, steps > 10) << steps << " steps, steady " << steady;
+  if (steps > 10) EXPECT_GT(results["utilization"]["steady_mfu"].get<double>(), 0);
   EXPECT_EQ(results, nlohmann::ordered_json::parse(read_file(run.file("results.json"))));
   EXPECT_EQ(results["environment"]["devices"]["type"], torch::cuda::is_available() ? "cuda" : "cpu");  // --device auto
   EXPECT_TRUE(fs::exists(run.file("predictions.json")));

@@ -1,7 +1,7 @@
 """mpibert's peer: HF transformers' Trainer + BertForQuestionAnswering as run_qa.py uses them.
 
     run_qa_peer.py features   --file SQUAD --vocab VOCAB
-    run_qa_peer.py throughput --train-file SQUAD --vocab VOCAB --config CONFIG.json --batch B --steps N
+    run_qa_peer.py throughput --train-file SQUAD --vocab VOCAB --config CONFIG.json --batch B --steps N [--device cpu|cuda]
                               --threads T --padding full|dynamic [--group-by-length] [--bf16]
     run_qa_peer.py train      --train-file SQUAD --eval-file SQUAD --model DIR --output-dir DIR [...]
     run_qa_peer.py eval       --eval-file SQUAD --model DIR --output-dir DIR
@@ -18,6 +18,7 @@ eval_predictions.json), which tools/compare reads as it reads any HF Trainer run
 
 import argparse
 import collections
+import dataclasses
 import gzip
 import json
 import os
@@ -219,13 +220,22 @@ def make_collator(tokenizer, padding):
 
 
 def training_arguments(args, output_dir, max_steps, logging_steps, group_by_length=None):
-    return TrainingArguments(
+    group_by_length = args.group_by_length if group_by_length is None else group_by_length
+    kwargs = dict(
         output_dir=output_dir, per_device_train_batch_size=args.batch, per_device_eval_batch_size=64,
         learning_rate=args.learning_rate, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
-        max_grad_norm=1.0, max_steps=max_steps, seed=args.seed,
-        group_by_length=args.group_by_length if group_by_length is None else group_by_length,
-        logging_steps=logging_steps, save_strategy="no", report_to="none", use_cpu=True,
+        max_grad_norm=1.0, max_steps=max_steps, seed=args.seed, group_by_length=group_by_length,
+        logging_steps=logging_steps, save_strategy="no", report_to="none", use_cpu=args.device == "cpu",
         bf16=args.bf16, dataloader_num_workers=0, disable_tqdm=True)
+    # transformers 5 (a GPU machine's own, say) dropped two of them: warmup_steps takes the ratio
+    # (below 1), and length grouping is gone.
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    if "warmup_ratio" not in fields:
+        kwargs["warmup_steps"] = kwargs.pop("warmup_ratio")
+    if "group_by_length" not in fields:
+        if kwargs.pop("group_by_length"):
+            sys.exit("run_qa_peer: --group-by-length needs transformers 4.x (this is %s)" % transformers.__version__)
+    return TrainingArguments(**kwargs)
 
 
 def set_threads(threads):
@@ -366,8 +376,9 @@ def parse_args(argv):
         p.add_argument("--seed", type=int, default=42)
         p.add_argument("--padding", choices=["full", "dynamic"], default="full")
         p.add_argument("--group-by-length", action="store_true")
-        p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True): bf16 autocast on CPU")
+        p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True): bf16 autocast")
         p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+        p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the Trainer trains")
 
     p = sub.add_parser("features", help="feature counts of run_qa's train and validation preprocessing")
     common(p)

@@ -276,8 +276,8 @@ void ModelCommands::Impl::check_command_line() {
     throw InputError("give exactly one of --model (an HF directory) and --model-config (random initialization)");
   if (!options.model_dir.empty() && !std::filesystem::is_directory(options.model_dir))
     throw InputError(describe("--model", options.model_dir,
-                              "not a directory. A hub name (run_qa's bert-base-uncased) must be downloaded first: README.md, "
-                              "\"The bert-base recipe\""));
+                              "not a directory. A hub name (run_qa's bert-base-uncased) must be downloaded first: "
+                              "docs/training.md, \"The bert-base recipe\""));
   if (options.vocab.empty()) {
     if (options.model_dir.empty() || !std::filesystem::exists(options.model_dir + "/vocab.txt"))
       throw InputError(std::string("--vocab is required: ") + (options.model_dir.empty()

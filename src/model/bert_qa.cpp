@@ -235,8 +235,15 @@ torch::Tensor BertSelfAttentionImpl::attend(const torch::Tensor& q, const torch:
 torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const TokenLayout& layout) {
   auto [q, k, v] = project_qkv(hidden);
   if (!layout.packed()) return attend(q, k, v, layout.additive_mask);
-  // Packed [heads, tokens, head_size]: each feature attends to itself alone, with no mask to
-  // apply, so SDPA takes its unmasked (flash) kernels. One call per feature.
+  // Packed [heads, tokens, head_size]: each feature attends to itself alone. On a GPU one
+  // variable-length kernel does every feature.
+  if (layout.varlen.cumulative_lengths.defined()) {
+    auto by_token = [](const torch::Tensor& x) { return x.transpose(0, 1); };  // [tokens, heads, head_size]
+    const double dropout_p = is_training() ? dropout->options.p() : 0.0;
+    if (auto context = varlen_attention(by_token(q), by_token(k), by_token(v), layout.varlen, dropout_p))
+      return context->flatten(-2);
+  }
+  // Elsewhere one SDPA call per feature: with no mask to apply, SDPA takes its unmasked kernels.
   std::vector<torch::Tensor> contexts;
   contexts.reserve(layout.feature_offsets.size() - 1);
   for (size_t f = 0; f + 1 < layout.feature_offsets.size(); ++f) {
@@ -308,14 +315,16 @@ BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& optio
 torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                      const torch::Tensor& attention_mask, UnitHooks* hooks) {
   auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids); });
-  return encoder(hidden, TokenLayout{additive_attention_mask(attention_mask, hidden.scalar_type()), {}}, hooks);
+  return encoder(hidden, TokenLayout{additive_attention_mask(attention_mask, hidden.scalar_type()), {}, {}}, hooks);
 }
 
 torch::Tensor BertModelImpl::forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                             const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
                                             UnitHooks* hooks) {
   auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids, position_ids); });
-  return encoder(hidden, TokenLayout{{}, feature_offsets}, hooks);
+  TokenLayout layout{{}, feature_offsets, {}};
+  if (hidden.is_cuda()) layout.varlen = VarlenLayout::of(feature_offsets, hidden.device());
+  return encoder(hidden, layout, hooks);
 }
 
 torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {

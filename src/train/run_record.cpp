@@ -26,6 +26,9 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
       // The steps alone (no setup, evaluation or checkpoints): what speedups compare.
       {"train_step_seconds", step_seconds_},
       {"train_step_samples_per_second", step_seconds_ > 0 ? samples_this_run_ / step_seconds_ : 0.0},
+      // After the warm-up steps (0 when the run had no more): as HF peers and benchmarks report.
+      {"train_steady_samples_per_second", steady_.seconds > 0 ? steady_.samples / steady_.seconds : 0.0},
+      {"steady_after_steps", kWarmUpSteps},
       {"train_loss", state_.loss_history.empty() ? 0.0 : loss_sum / static_cast<double>(state_.loss_history.size())},
       {"epoch", static_cast<double>(state_.global_step) / static_cast<double>(steps_per_epoch_)},
       {"total_flos", state_.total_flos},
@@ -139,7 +142,10 @@ nlohmann::ordered_json Trainer::utilization() const {
           {"model_flops_per_second", achieved},
           {"matmul_flops_per_second", matmul_flops_per_second_},
           {"matmul_dtype", options_.model.autocast_bf16 ? "bf16" : "float32"},
-          {"mfu", matmul_flops_per_second_ > 0 ? achieved / matmul_flops_per_second_ : 0.0}};
+          {"mfu", matmul_flops_per_second_ > 0 ? achieved / matmul_flops_per_second_ : 0.0},
+          {"steady_mfu", matmul_flops_per_second_ > 0 && steady_.seconds > 0
+                             ? steady_.model_flops / steady_.seconds / matmul_flops_per_second_
+                             : 0.0}};
 }
 
 // HF Trainer's files for what the run wrote (hf_run_files.hpp): its results and log history,

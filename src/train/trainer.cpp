@@ -120,11 +120,19 @@ bool Trainer::finish_step(StepRecord step, const StopSignals& signals) {
   const bool logging = options_.logging_steps > 0 && (s % options_.logging_steps == 0 || last);
   const bool evaluate = !options_.eval_dir.empty() && options_.eval_steps > 0 && s % options_.eval_steps == 0;
   const bool checkpoint = (options_.save_steps > 0 && s % options_.save_steps == 0) || stop;
+  // The steady rate starts after this step: the device catches up here, so that no warm-up work
+  // is counted in the steps after it.
+  const bool warm_up_ends = steps_this_run_ == kWarmUpSteps;
   // Where the logs are read, the device catches up first, so the step's time includes its work.
-  if (logging || evaluate || checkpoint || last) synchronize(device_);
+  if (logging || evaluate || checkpoint || last || warm_up_ends) synchronize(device_);
   const double step_time = seconds_since(step_start_);
   step_seconds_ += step_time;
   samples_this_run_ += step.samples;
+  if (steps_this_run_ > kWarmUpSteps) {
+    steady_.seconds += step_time;
+    steady_.samples += step.samples;
+    steady_.model_flops += totals[2];
+  }
   step.step = s;
   step.epoch = epochs_at(s);
   step.seconds = seconds_since(run_start_);

@@ -91,6 +91,12 @@ class Trainer {
   PhaseTimes phases_;
   int64_t steps_this_run_ = 0;
   double samples_this_run_ = 0, step_seconds_ = 0, model_flops_this_run_ = 0;
+  // The steps after the first kWarmUpSteps of this run (lazy kernel loading, cuBLAS's and the
+  // allocator's first calls, the attention kernels' first shapes): the rate a long run holds.
+  static constexpr int64_t kWarmUpSteps = 10;
+  struct {
+    double seconds = 0, samples = 0, model_flops = 0;
+  } steady_;
   Clock::time_point loop_start_, step_start_;
   bool stop_requested_ = false;
 

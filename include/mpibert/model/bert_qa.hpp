@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mpibert/model/varlen_attention.hpp"
 #include "mpibert/nn/model_description.hpp"
 
 namespace mpibert {
@@ -68,6 +69,7 @@ struct PackedFeatures {
 struct TokenLayout {
   torch::Tensor additive_mask;           // padded: [batch, 1, 1, seq], 0 for tokens, float32 min for padding
   std::vector<int64_t> feature_offsets;  // packed: feature f holds tokens [offsets[f], offsets[f + 1])
+  VarlenLayout varlen;                   // packed on a GPU: the same, for the variable-length kernels
   bool packed() const { return !feature_offsets.empty(); }
 };
 
