@@ -26,16 +26,18 @@
 # Exits 1 on any failed check. `--device cpu` runs steps 3 on the CPU in place of the GPU (ctest
 # gpu_check.cpu), so that the script itself is tested where no GPU is. `--out DIR` copies the
 # table, the throughput figures and a tarball of every log and results.json into DIR (4 files).
-#   scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-throughput] [--skip-peer]
+# `--skip-checks` leaves out steps 2 and 3 (a second look at the speeds).
+#   scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 device=cuda
 throughput=1
 peer=1
+checks=1
 bundle=
 out=
-usage="usage: scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-throughput] [--skip-peer]"
+usage="usage: scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]"
 while [ $# -gt 0 ]; do
   case $1 in
     --device) device=$2; shift 2 ;;
@@ -43,6 +45,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --skip-throughput) throughput=0; shift ;;
     --skip-peer) peer=0; shift ;;
+    --skip-checks) checks=0; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -93,6 +96,11 @@ logged() {
   echo "gpu_check: $name failed:"; tail -20 "$work/$name.log"; return 1
 }
 
+vocab=data_prep/data/bert-base-uncased/vocab.txt
+squad=data_prep/data/squad/dev-v1.1.json.gz
+
+# Steps 2 and 3 (the block is not indented: its Python here-documents must start at column 0).
+if [ "$checks" = 1 ]; then
 if [ "$device" = cuda ]; then
   echo "== GPU tests"
   if mpiexec -n 1 --bind-to none "$bin/test_gpu"; then record "GPU tests (test_gpu)" "HF fixture, CPU" "all" "-" 1
@@ -101,8 +109,6 @@ fi
 
 echo "== short runs of the fixture model on $device (logs in $work)"
 fixture=${MPIBERT_FIXTURES:-tests/fixtures}/model/config.json
-vocab=data_prep/data/bert-base-uncased/vocab.txt
-squad=data_prep/data/squad/dev-v1.1.json.gz
 "$py" - "$fixture" "$work" <<'PY'
 import json, sys
 config = json.load(open(sys.argv[1]))
@@ -256,6 +262,7 @@ while IFS=$'\t' read -r check against measured limit result; do
   echo "| $check | $against | $measured | $limit | $result |"
 done < "$table"
 echo
+fi  # steps 2 and 3
 
 speeds=$work/throughput.md
 : > "$speeds"

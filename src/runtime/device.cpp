@@ -79,7 +79,10 @@ void set_deterministic(bool enabled) {
   at::globalContext().setDeterministicCuDNN(enabled);
   at::globalContext().setSDPUseFlash(!enabled);
   at::globalContext().setSDPUseMemEfficient(!enabled);
-  at::globalContext().setSDPUseCuDNN(!enabled);
+  // cuDNN's attention builds a graph for every new sequence length, and dynamic padding brings a
+  // new one batch after batch (bench/sdpa_shapes.py; docs/benchmarks.md): the memory-efficient
+  // kernel takes the padding mask as well, with no such cost.
+  at::globalContext().setSDPUseCuDNN(false);
   // cuBLAS is deterministic only with a fixed workspace; torch checks this variable and refuses
   // deterministic mode without it. A user's own setting is kept.
   if (enabled) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);

@@ -24,6 +24,7 @@ void set_tf32(bool enabled);
 // fixed workspace, and on GPUs the math attention backend (the fused attention kernels' backward
 // adds with atomics, in an order that changes from run to run). For bit-exact reruns and resumes
 // on a GPU; slower. Call before the first CUDA matrix product (cuBLAS reads its variable then).
+// Either way cuDNN's attention is left out (a graph built for each new sequence length).
 void set_deterministic(bool enabled);
 
 // Waits for the device's queued work (a no-op on the CPU): for timings at logging steps only.
