@@ -10,6 +10,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/nn/host_to_device.hpp"
 
 namespace mpibert {
 
@@ -385,8 +386,8 @@ std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logit
   const auto index_options = packed.position_ids.options();
   const auto feature_of_token =
       // The output's size given: on a GPU, repeat_interleave would otherwise wait for the device to count it.
-      torch::repeat_interleave(torch::arange(features, index_options), torch::tensor(lengths, index_options), 0,
-                               packed.offsets.back());
+      torch::repeat_interleave(torch::arange(features, index_options),
+                               host_to_device(torch::tensor(lengths), packed.position_ids.device()), 0, packed.offsets.back());
   // float32 whatever the logits' precision: the loss takes them in float32 anyway (as HF's under
   // autocast), and bf16 has no float32 lowest.
   const auto lowest =

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "mpibert/nn/host_to_device.hpp"
+
 namespace mpibert {
 
 VarlenLayout VarlenLayout::of(const std::vector<int64_t>& feature_offsets, const torch::Device& device) {
@@ -14,7 +16,7 @@ VarlenLayout VarlenLayout::of(const std::vector<int64_t>& feature_offsets, const
   std::vector<int32_t> offsets(feature_offsets.begin(), feature_offsets.end());
   for (size_t f = 0; f + 1 < feature_offsets.size(); ++f)
     layout.longest = std::max(layout.longest, feature_offsets[f + 1] - feature_offsets[f]);
-  layout.cumulative_lengths = torch::tensor(offsets, torch::kInt32).to(device);
+  layout.cumulative_lengths = host_to_device(torch::tensor(offsets, torch::kInt32), device);
   return layout;
 }
 
