@@ -49,7 +49,10 @@ TEST(Backend, SharedGpusGoToNcclOnlyInItsTestModeWhichTheWarningNames) {
     EXPECT_EQ(choice.backend, "nccl");
     EXPECT_NE(choice.warning.find("MPIBERT_NCCL_SHARED_GPU"), std::string::npos) << choice.warning;
     EXPECT_NE(choice.warning.find("ranks 0 and 1 share cuda:0 on n1"), std::string::npos) << choice.warning;
+    EXPECT_TRUE(choice.nccl_host_per_rank);
   }
+  // Ranks on GPUs of their own keep NCCL's transports within a host (no host per rank).
+  EXPECT_FALSE(choose_backend(CommChoice::kNccl, {cuda(0, "n1", 0), cuda(1, "n1", 1)}, true, true).nccl_host_per_rank);
   // The mode changes nothing where no GPU is shared, nor without NCCL, nor on CPUs.
   EXPECT_EQ(choose_backend(CommChoice::kNccl, {cuda(0, "n1", 0), cuda(1, "n1", 1)}, true, true).warning, "");
   EXPECT_EQ(choose_backend(CommChoice::kAuto, shared, false, true).backend, "mpi");

@@ -29,7 +29,7 @@ std::unique_ptr<Communicator> make_communicator(DeviceChoice device_choice, Comm
   if (!choice.warning.empty() && world_rank() == 0) spdlog::warn("--comm {}: {}", comm_choice_name(comm), choice.warning);
   if (choice.backend == "nccl") {
     // NCCL reads it at the communicator's creation: ranks of "other hosts" may share a GPU.
-    if (shared_gpu_test_mode_requested()) setenv("NCCL_HOSTID", ("mpibert-rank-" + std::to_string(world_rank())).c_str(), 1);
+    if (choice.nccl_host_per_rank) setenv("NCCL_HOSTID", ("mpibert-rank-" + std::to_string(world_rank())).c_str(), 1);
     return make_nccl_communicator(device.index(), timeout_seconds);
   }
   return make_mpi_communicator(timeout_seconds, mpi_collectives);

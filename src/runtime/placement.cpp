@@ -126,9 +126,11 @@ BackendChoice choose_backend(CommChoice comm, const std::vector<RankPlacement>& 
   const bool cuda = all_on_cuda(placements);
   const std::string shared = cuda ? shared_gpus(placements) : "";
   if (cuda && nccl_built && !shared.empty() && shared_gpu_test_mode)
-    return {"nccl", shared +
-                        ": accepted for NCCL in its test mode (MPIBERT_NCCL_SHARED_GPU=1): each rank is given a host "
-                        "of its own (NCCL_HOSTID) and NCCL joins them through its network transport, slowly"};
+    return {"nccl",
+            shared +
+                ": accepted for NCCL in its test mode (MPIBERT_NCCL_SHARED_GPU=1): each rank is given a host "
+                "of its own (NCCL_HOSTID) and NCCL joins them through its network transport, slowly",
+            /*nccl_host_per_rank=*/true};
   if (comm == CommChoice::kNccl) {
     const char* comm_option = comm_choice_name(comm);
     if (!cuda)

@@ -40,8 +40,9 @@ enum class CommChoice { kAuto, kMpi, kNccl };
 const char* comm_choice_name(CommChoice choice);  // "auto", "mpi", "nccl"
 
 struct BackendChoice {
-  std::string backend;  // "mpi" or "nccl"
-  std::string warning;  // why auto did not take NCCL on CUDA devices; empty otherwise
+  std::string backend;              // "mpi" or "nccl"
+  std::string warning;              // why auto did not take NCCL on CUDA devices; empty otherwise
+  bool nccl_host_per_rank = false;  // NCCL's shared-GPU test mode is in use (below)
 };
 
 // --comm: kMpi; kNccl (every rank on a GPU of its own, and this build's NCCL: an InputError
