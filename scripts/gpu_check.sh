@@ -138,14 +138,18 @@ compare() {
   record "$name" "$against" "max abs weight diff $difference" "$limit" \
     "$("$py" -c 'import sys; print(int(float(sys.argv[1]) <= float(sys.argv[2])))' "$difference" "$limit")"
 }
-# train NAME RANKS COMM [OPTION...]: a fixture run of RANKS ranks into $work/NAME. Ranks sharing
-# a GPU reach NCCL through its test mode.
-train() {
-  local name=$1 n=$2 comm=$3; shift 3
-  local shared=0
+# launch NAME RANKS COMM [OPTION...]: a fixture run of RANKS ranks into $work/NAME, its output in
+# $work/NAME.log; its exit status. Ranks sharing a GPU reach NCCL through its test mode.
+launch() {
+  local name=$1 n=$2 comm=$3 shared=0; shift 3
   [ "$comm" = nccl ] && [ "$n" -gt "$gpus" ] && shared=1
-  MPIBERT_NCCL_SHARED_GPU=$shared logged "$name" $(ranks "$n") "$bin/mpibert" train --model-config "$work/config.json" \
-    "${common[@]}" $(per_rank "$n") --device "$device" --comm "$comm" --output-dir "$work/$name" "$@" || true
+  MPIBERT_NCCL_SHARED_GPU=$shared $(ranks "$n") "$bin/mpibert" train --model-config "$work/config.json" "${unbounded[@]}" \
+    $(per_rank "$n") --device "$device" --comm "$comm" --output-dir "$work/$name" "$@" > "$work/$name.log" 2>&1
+}
+# train NAME RANKS COMM [OPTION...]: launch, 6 steps; a failure shows the log's end (the
+# comparison then records it).
+train() {
+  launch "$@" --max-steps 6 || { echo "gpu_check: $1 failed:"; tail -20 "$work/$1.log"; }
 }
 
 # Runs of an earlier check in GPU_CHECK_DIR are replaced, not continued.
@@ -196,14 +200,10 @@ ended_within() {  # NAME START RC LOG PATTERN: a row for a job that had to fail
 }
 start=$(date +%s.%N)
 rc=0
-MPIBERT_INJECT_FAILURE=1:3:backward MPIBERT_NCCL_SHARED_GPU=$([ "$multi" = nccl ] && [ "$gpus" -lt 2 ] && echo 1 || echo 0) \
-  $(ranks 2) "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" $(per_rank 2) --device "$device" \
-  --comm "$multi" --strategy ddp --output-dir "$work/fail" > "$work/fail.log" 2>&1 || rc=$?
+MPIBERT_INJECT_FAILURE=1:3:backward launch fail 2 "$multi" --strategy ddp --max-steps 6 || rc=$?
 ended_within "rank 1 fails after backward, ddp, $multi" "$start" "$rc" "$work/fail.log" "MPIBERT_INJECT_FAILURE"
 rc=0
-MPIBERT_NCCL_SHARED_GPU=$([ "$multi" = nccl ] && [ "$gpus" -lt 2 ] && echo 1 || echo 0) \
-  $(ranks 2) "$bin/mpibert" train --model-config "$work/config.json" "${unbounded[@]}" $(per_rank 2) --device "$device" \
-  --comm "$multi" --strategy zero2 --max-steps 100000 --output-dir "$work/killed" > "$work/killed.log" 2>&1 &
+launch killed 2 "$multi" --strategy zero2 --max-steps 100000 &
 job=$!
 for _ in $(seq 600); do  # until step 2 is logged (at most 60 s)
   grep -q '"step":2,' "$work/killed/metrics.jsonl" 2>/dev/null && break

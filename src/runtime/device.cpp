@@ -66,6 +66,11 @@ torch::Device select_device(DeviceChoice choice, int local_rank) {
 #if defined(MPIBERT_WITH_CUDA)
   c10::cuda::set_device(device.index());
 #endif
+  // cuDNN's attention builds a graph for every new sequence length, and dynamic padding (in
+  // training and in evaluation) brings a new one batch after batch (bench/sdpa_shapes.py;
+  // docs/benchmarks.md): the memory-efficient kernel takes the padding mask as well, with no
+  // such cost.
+  at::globalContext().setSDPUseCuDNN(false);
   return device;
 }
 
@@ -79,10 +84,6 @@ void set_deterministic(bool enabled) {
   at::globalContext().setDeterministicCuDNN(enabled);
   at::globalContext().setSDPUseFlash(!enabled);
   at::globalContext().setSDPUseMemEfficient(!enabled);
-  // cuDNN's attention builds a graph for every new sequence length, and dynamic padding brings a
-  // new one batch after batch (bench/sdpa_shapes.py; docs/benchmarks.md): the memory-efficient
-  // kernel takes the padding mask as well, with no such cost.
-  at::globalContext().setSDPUseCuDNN(false);
   // cuBLAS is deterministic only with a fixed workspace; torch checks this variable and refuses
   // deterministic mode without it. A user's own setting is kept.
   if (enabled) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);

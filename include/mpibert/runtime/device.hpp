@@ -14,7 +14,8 @@ namespace mpibert {
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 const char* device_choice_name(DeviceChoice choice);  // "auto", "cpu", "cuda"
 
-// The device `choice` resolves to on this rank. Makes a CUDA device the current one.
+// The device `choice` resolves to on this rank. Makes a CUDA device the current one, and leaves
+// cuDNN's attention out (it builds a graph for each new sequence length).
 torch::Device select_device(DeviceChoice choice, int local_rank);
 
 // TF32 for float32 matrix products and convolutions on GPUs (HF's --tf32); off is exact fp32.
@@ -24,7 +25,6 @@ void set_tf32(bool enabled);
 // fixed workspace, and on GPUs the math attention backend (the fused attention kernels' backward
 // adds with atomics, in an order that changes from run to run). For bit-exact reruns and resumes
 // on a GPU; slower. Call before the first CUDA matrix product (cuBLAS reads its variable then).
-// Either way cuDNN's attention is left out (a graph built for each new sequence length).
 void set_deterministic(bool enabled);
 
 // Waits for the device's queued work (a no-op on the CPU): for timings at logging steps only.
