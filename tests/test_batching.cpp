@@ -41,7 +41,9 @@ class BatchLoading : public ::testing::Test {
                                                                                    {a.position_ids, b.position_ids},
                                                                                    {a.start_positions, b.start_positions}}) {
       ASSERT_EQ(x.defined(), y.defined());
-      if (x.defined()) EXPECT_TRUE(torch::equal(x, y));
+      if (x.defined()) {
+        EXPECT_TRUE(torch::equal(x, y));
+      }
     }
   }
   static test::TempDir* dir_;

@@ -454,7 +454,9 @@ TEST_F(HostCollectives, PeersArePublishedAndAnswerProbes) {
     EXPECT_NE(probe.rank, rank_);
     EXPECT_EQ(probe.outcome, PeerProbe::Outcome::kAnswers) << summarize_probes(probes, 5.0);
   }
-  if (size_ > 1) EXPECT_EQ(summarize_probes(probes, 5.0).rfind("every other rank's process answers", 0), 0u);
+  if (size_ > 1) {
+    EXPECT_EQ(summarize_probes(probes, 5.0).rfind("every other rank's process answers", 0), 0u);
+  }
   barrier("after the probes");
 }
 

@@ -35,7 +35,9 @@ TEST(CommTeardown, ALastRankLeavingByAnExceptionDropsTheOperationNoOtherRankJoin
       seconds_to_leave = std::chrono::duration<double>(Clock::now() - start).count();
     }
   }
-  if (size > 1 && rank == size - 1) EXPECT_LT(seconds_to_leave, 5.0) << "the destructor waited for the other ranks";
+  if (size > 1 && rank == size - 1) {
+    EXPECT_LT(seconds_to_leave, 5.0) << "the destructor waited for the other ranks";
+  }
   barrier("after the abandoned communicator");
 }
 

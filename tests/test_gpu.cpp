@@ -185,7 +185,7 @@ TEST(GpuVarlenAttention, FollowsAttentionFeatureByFeature) {
     std::array<torch::Tensor, 3> qkv;
     for (auto& x : qkv)
       x = torch::randn({tokens, heads, head_size}, torch::TensorOptions().device(gpu).dtype(dtype)).requires_grad_();
-    const auto context = varlen_attention(qkv[0], qkv[1], qkv[2], VarlenLayout::of(offsets, gpu), 0.0);
+    const auto context = varlen_attention(qkv[0], qkv[1], qkv[2], VarlenLayout::of(offsets, /*longest=*/128, gpu), 0.0);
     ASSERT_TRUE(context.has_value()) << "no variable-length kernel for " << dtype;
     const torch::Tensor upstream = torch::randn_like(*context);
     (*context * upstream).sum().backward();
@@ -207,7 +207,7 @@ TEST(GpuVarlenAttention, FollowsAttentionFeatureByFeature) {
   }
   // Under --deterministic, or on the CPU, the caller loops over the features instead.
   const auto cpu = torch::randn({8, 2, 8});
-  EXPECT_FALSE(varlen_attention(cpu, cpu, cpu, VarlenLayout::of({0, 3, 8}, torch::kCPU), 0.0).has_value());
+  EXPECT_FALSE(varlen_attention(cpu, cpu, cpu, VarlenLayout::of({0, 3, 8}, /*longest=*/5, torch::kCPU), 0.0).has_value());
 }
 
 TEST(GpuCommunicator, NcclOneRankRoundTripIsExact) {

@@ -93,7 +93,9 @@ TEST_F(Trainer, WritesResultsCheckpointsPredictionsAndTensorBoard) {
   ASSERT_EQ(results["steady_after_steps"], 10);
   const double steady = results["train_steady_samples_per_second"];
   EXPECT_EQ(steady > 0, steps > 10) << steps << " steps, steady " << steady;
-  if (steps > 10) EXPECT_GT(results["utilization"]["steady_mfu"].get<double>(), 0);
+  if (steps > 10) {
+    EXPECT_GT(results["utilization"]["steady_mfu"].get<double>(), 0);
+  }
   EXPECT_EQ(results, nlohmann::ordered_json::parse(read_file(run.file("results.json"))));
   EXPECT_EQ(results["environment"]["devices"]["type"], torch::cuda::is_available() ? "cuda" : "cpu");  // --device auto
   EXPECT_TRUE(fs::exists(run.file("predictions.json")));
@@ -395,7 +397,9 @@ TEST_F(Trainer, GradientAccumulationMatchesOneLargerBatch) {
       for (size_t step = 0; step < 2; ++step) EXPECT_NEAR(x[tag][step], y[tag][step], 1e-5) << tag << " step " << step + 1;
     }
     EXPECT_EQ(results["parameters"]["padding"], padding_name(padding));
-    if (padding == Padding::kPacked) EXPECT_TRUE(results.contains("eval_f1"));
+    if (padding == Padding::kPacked) {
+      EXPECT_TRUE(results.contains("eval_f1"));
+    }
   }
 }
 

@@ -316,21 +316,30 @@ BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& optio
 torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                      const torch::Tensor& attention_mask, UnitHooks* hooks) {
   auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids); });
-  return encoder(hidden, TokenLayout{additive_attention_mask(attention_mask, hidden.scalar_type()), {}, {}}, hooks);
+  // Made once per batch in the dtype attention computes in (autocast's, where it is on), so that
+  // no layer casts it again.
+  const auto device_type = hidden.device().type();
+  const auto attention_dtype = at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type)
+                                                                              : hidden.scalar_type();
+  return encoder(hidden, TokenLayout{additive_attention_mask(attention_mask, attention_dtype), {}, {}}, hooks);
 }
 
 torch::Tensor BertModelImpl::forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                             const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
-                                            UnitHooks* hooks) {
+                                            const VarlenLayout& varlen, UnitHooks* hooks) {
   auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids, position_ids); });
-  TokenLayout layout{{}, feature_offsets, {}};
-  if (hidden.is_cuda()) layout.varlen = VarlenLayout::of(feature_offsets, hidden.device());
-  return encoder(hidden, layout, hooks);
+  return encoder(hidden, TokenLayout{{}, feature_offsets, varlen}, hooks);
 }
 
 torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
-  // Broadcast over heads and query positions.
-  return (1.0 - attention_mask.to(dtype).unsqueeze(1).unsqueeze(2)) * std::numeric_limits<float>::lowest();
+  // Broadcast over heads and query positions. Made in float32 and then cast, as HF's float32 mask
+  // is cast for a bf16 attention (float32 min becomes -inf in bf16).
+  const torch::Tensor mask = (1.0 - attention_mask.to(torch::kFloat).unsqueeze(1).unsqueeze(2)) *
+                             std::numeric_limits<float>::lowest();
+  if (!mask.is_cuda()) return mask.to(dtype);
+  // Rows 16-element aligned, as the memory-efficient kernel wants them: SDPA need not pad a copy per layer.
+  const int64_t seq = mask.size(-1), aligned = (seq + 15) / 16 * 16;
+  return torch::empty({mask.size(0), 1, 1, aligned}, mask.options().dtype(dtype)).narrow(-1, 0, seq).copy_(mask);
 }
 
 BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options)
@@ -379,15 +388,22 @@ namespace {
 
 // Logits [tokens, 2] of packed features -> float32 start and end [features, longest], float32's
 // lowest past each feature's end. Out of place, so the gradient flows back to the packed logits.
-std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logits, const PackedFeatures& packed) {
+// `varlen`: the features' cumulative lengths already on the GPU, or undefined (the CPU).
+std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logits, const PackedFeatures& packed,
+                                                      const VarlenLayout& varlen) {
   const int64_t features = static_cast<int64_t>(packed.offsets.size()) - 1;
-  std::vector<int64_t> lengths;
-  for (int64_t f = 0; f < features; ++f) lengths.push_back(packed.offsets[f + 1] - packed.offsets[f]);
+  torch::Tensor lengths;
+  if (varlen.cumulative_lengths.defined()) {
+    lengths = varlen.cumulative_lengths.diff();
+  } else {
+    std::vector<int64_t> host_lengths;
+    for (int64_t f = 0; f < features; ++f) host_lengths.push_back(packed.offsets[f + 1] - packed.offsets[f]);
+    lengths = host_to_device(torch::tensor(host_lengths), packed.position_ids.device());
+  }
   const auto index_options = packed.position_ids.options();
   const auto feature_of_token =
       // The output's size given: on a GPU, repeat_interleave would otherwise wait for the device to count it.
-      torch::repeat_interleave(torch::arange(features, index_options),
-                               host_to_device(torch::tensor(lengths), packed.position_ids.device()), 0, packed.offsets.back());
+      torch::repeat_interleave(torch::arange(features, index_options), lengths, 0, packed.offsets.back());
   // float32 whatever the logits' precision: the loss takes them in float32 anyway (as HF's under
   // autocast), and bf16 has no float32 lowest.
   const auto lowest =
@@ -404,10 +420,13 @@ QAOutput BertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& feat
                                                       const torch::Tensor& end_positions) {
   QAOutput out;
   Bf16AutocastGuard autocast(options_.autocast_bf16, features.input_ids.device().type());
-  out.sequence_output =
-      bert->forward_packed(features.input_ids, features.token_type_ids, features.position_ids, features.offsets, unit_hooks_);
+  const torch::Device device = features.input_ids.device();
+  // One copy of the features' layout to the GPU serves every layer and the logits.
+  const VarlenLayout varlen = device.is_cuda() ? VarlenLayout::of(features.offsets, features.longest, device) : VarlenLayout{};
+  out.sequence_output = bert->forward_packed(features.input_ids, features.token_type_ids, features.position_ids, features.offsets,
+                                             varlen, unit_hooks_);
   auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });
-  std::tie(out.start_logits, out.end_logits) = unpack_logits(logits, features);
+  std::tie(out.start_logits, out.end_logits) = unpack_logits(logits, features, varlen);
   if (start_positions.defined() && end_positions.defined())
     out.loss = question_answering_loss(out.start_logits, out.end_logits, start_positions, end_positions);
   return out;

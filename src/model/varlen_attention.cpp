@@ -11,11 +11,10 @@
 
 namespace mpibert {
 
-VarlenLayout VarlenLayout::of(const std::vector<int64_t>& feature_offsets, const torch::Device& device) {
+VarlenLayout VarlenLayout::of(const std::vector<int64_t>& feature_offsets, int64_t longest, const torch::Device& device) {
   VarlenLayout layout;
+  layout.longest = longest;
   std::vector<int32_t> offsets(feature_offsets.begin(), feature_offsets.end());
-  for (size_t f = 0; f + 1 < feature_offsets.size(); ++f)
-    layout.longest = std::max(layout.longest, feature_offsets[f + 1] - feature_offsets[f]);
   layout.cumulative_lengths = host_to_device(torch::tensor(offsets, torch::kInt32), device);
   return layout;
 }

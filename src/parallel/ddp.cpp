@@ -1,6 +1,9 @@
 // ddp: every bucket averaged across ranks by an all-reduce as soon as backward completes it;
 // every rank keeps the whole AdamW state and applies the same update. The token embedding, with
 // EmbeddingExchange::kSparse, goes by the rows the step touched (data_parallel.hpp).
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -8,6 +11,7 @@
 #include <stdexcept>
 
 #include "grouped_parallel.hpp"
+#include "mpibert/nn/host_to_device.hpp"
 
 namespace mpibert {
 namespace {
@@ -16,9 +20,11 @@ namespace {
 struct SparseEmbedding {
   size_t parameter = 0, group = 0;  // the embedding and its group of its own
   int64_t vocab = 0;
-  torch::Tensor touched;                    // rows this step's micro-batches embedded: 1, else 0 ([vocab] float)
-  std::shared_ptr<Work> touched_reduction;  // the mask summed over ranks, in flight from the last backward's start
-  torch::Tensor rows, values;               // the union's row indices and their gradients, being all-reduced
+  torch::Tensor touched;                     // rows this step's micro-batches embedded: 1, else 0 ([vocab] float)
+  std::shared_ptr<Work> touched_reduction;   // the mask summed over ranks, in flight from the last backward's start
+  torch::Tensor touched_on_host;             // NCCL: the summed mask, being copied to pinned memory
+  std::optional<c10::Event> touched_copied;  // ... until this event
+  torch::Tensor rows, values;                // the union's row indices and their gradients, being all-reduced
   int64_t exchanges = 0, dense_fallbacks = 0, rows_exchanged = 0;
 };
 
@@ -88,6 +94,7 @@ class Ddp final : public GroupedParallel {
     if (!sparse_ || !sparse_->touched.defined()) return;
     sparse_->touched_reduction = communicator_->all_reduce_sum(sparse_->touched, "all-reduce of the word embedding rows touched");
     record_reduction(sparse_->touched_reduction, static_cast<int64_t>(sparse_->touched.nbytes()));
+    if (communicator_->backend() == "nccl") copy_touched_to_host(*sparse_);
   }
 
   // After close_backward waited for every reduction. Rows outside the union are zero on every
@@ -109,14 +116,42 @@ class Ddp final : public GroupedParallel {
     sparse_->vocab = parameters_[sparse_->parameter].size(0);
   }
 
+  // NCCL: the summed mask comes to pinned host memory on a side stream, behind its all-reduce, so
+  // that finding the union's rows waits only for that copy, which the GPU reaches early in
+  // backward (the compute stream does not wait for it), where nonzero() on the device would make
+  // the host wait for every backward kernel queued before it and leave the GPU idle after.
+  static void copy_touched_to_host(SparseEmbedding& s) {
+    const torch::Device device = s.touched.device();
+    const c10::impl::VirtualGuardImpl device_guard(device.type());
+    const c10::Stream side = device_guard.getStreamFromGlobalPool(device);
+    const c10::StreamGuard on_side(side);
+    s.touched_reduction->wait();  // orders the current (side) stream after the all-reduce
+    s.touched_on_host = torch::empty(s.touched.sizes(), s.touched.options().device(torch::kCPU).pinned_memory(true));
+    s.touched_on_host.copy_(s.touched, /*non_blocking=*/true);
+    s.touched_copied.emplace(device.type());
+    s.touched_copied->record(side);
+  }
+
+  // The rows of the union, ascending, on the embedding's device.
+  static torch::Tensor touched_rows(SparseEmbedding& s) {
+    if (!s.touched_copied) {
+      s.touched_reduction->wait();
+      return s.touched.nonzero().flatten();  // on the CPU, or MPI with GPUs: the host waits for it here
+    }
+    s.touched_copied->synchronize();
+    s.touched_copied.reset();
+    torch::Tensor rows = host_to_device(s.touched_on_host.nonzero().flatten(), s.touched.device());
+    s.touched_on_host = torch::Tensor();
+    return rows;
+  }
+
   // The union's rows all-reduced; false where the union is too large, or no ids were noted (the
   // group goes dense). Every rank finds the same union (the mask sums whole numbers exactly) and
   // so takes the same branch.
   bool reduce_touched_rows() {
     SparseEmbedding& s = *sparse_;
     if (!s.touched_reduction) return false;
-    s.touched_reduction->wait();
-    torch::Tensor rows = s.touched.nonzero().flatten();  // ascending; on a GPU the host waits for it here
+    torch::Tensor rows = touched_rows(s);
     s.touched = torch::Tensor();
     s.touched_reduction.reset();
     if (static_cast<double>(rows.numel()) > options_.sparse_rows_max_fraction * static_cast<double>(s.vocab)) {

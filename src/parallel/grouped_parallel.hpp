@@ -163,21 +163,21 @@ class ShardedParallel : public GroupedParallel {
   void reduce(size_t group) override;
   // Where the reduce-scatter of `group` lands (its gradient slice, unless the strategy accumulates).
   virtual torch::Tensor reduce_target(size_t group) { return groups_[group].grad_shard; }
-  void collectives_issued() override { release_reduced(/*wait=*/false); }
-  void reductions_done() override { release_reduced(/*wait=*/true); }
+  void collectives_issued() override { release_reduced(/*end_of_backward=*/false); }
+  void reductions_done() override;
   // After AdamW updated this rank's slices (zero1, zero2: all-gathered back into every parameter).
   virtual void after_step() = 0;
   void all_gather_updated_parameters();
 
  private:
-  // Releases the full gradients whose reductions have finished (all of them, waiting, with `wait`).
-  void release_reduced(bool wait);
+  // Releases the full gradients whose reduce-scatters no longer read them (all, at the end of backward).
+  void release_reduced(bool end_of_backward);
 
   bool releases_gradients_;
   std::vector<size_t> awaiting_release_;  // groups whose reduction must finish before their full gradient goes
   std::unique_ptr<AdamW> optimizer_;
   // Per slice, the parameter it belongs to (for the norm) and its gradient.
-  std::vector<size_t> slice_parameter_;
+  torch::Tensor slice_parameter_;  // [slices] on the device
   std::vector<torch::Tensor> slice_grads_;
 };
 

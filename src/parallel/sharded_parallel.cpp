@@ -16,6 +16,7 @@ ShardedParallel::ShardedParallel(const ModelDescription& model, std::shared_ptr<
 void ShardedParallel::build_shards(const AdamWOptions& adam, bool own_shard_storage) {
   torch::NoGradGuard no_grad;
   torch::OrderedDict<std::string, torch::Tensor> slices;
+  std::vector<int64_t> slice_parameter;
   for (FlatGroup& group : groups_) {
     group.params = torch::zeros({group.numel}, group.grads.options());
     const int64_t slice_size = group.shard_numel(world_), slice_begin = slice_size * rank_, slice_end = slice_begin + slice_size;
@@ -39,10 +40,11 @@ void ShardedParallel::build_shards(const AdamWOptions& adam, bool own_shard_stor
       const int64_t local = begin - group.offsets[m];
       slices.insert(names_[group.members[m]] + "[" + std::to_string(local) + ":" + std::to_string(local + end - begin) + "]",
                     piece);
-      slice_parameter_.push_back(group.members[m]);
+      slice_parameter.push_back(static_cast<int64_t>(group.members[m]));
       slice_grads_.push_back(grad);
     }
   }
+  slice_parameter_ = torch::tensor(slice_parameter, torch::kLong).to(groups_.front().grad_shard.device());
   optimizer_ = std::make_unique<AdamW>(slices, adam);
 }
 
@@ -67,36 +69,45 @@ void ShardedParallel::reduce(size_t g) {
   record_reduction(group.reduction, static_cast<int64_t>(group.grads.nbytes()));
 }
 
-// On a GPU, wait() only orders the caller's stream after the transfer, and memory released then is
-// reused in that order: it is released at once. On the CPU the buffer goes once MPI is done with it.
-void ShardedParallel::release_reduced(bool wait) {
+// A CUDA gradient buffer goes as soon as its reduce-scatter is issued: the communicator keeps what
+// it still reads (NCCL: the caching allocator holds the memory for its stream; MPI: its host copy).
+// Waiting for the reduce-scatter here would stall the compute stream (NCCL) or the host (MPI) in
+// the middle of backward. On the CPU, MPI reads the buffer itself: it goes once the transfer is done.
+void ShardedParallel::release_reduced(bool end_of_backward) {
   auto released = [&](size_t g) {
     FlatGroup& group = groups_[g];
-    if (!wait && !group.grads.is_cuda() && !group.reduction->done()) return false;
-    group.reduction->wait();
-    if (group.incoming.defined()) {
-      group.grad_shard.add_(group.incoming);
-      group.incoming = torch::Tensor();
-    }
+    if (!end_of_backward && !group.grads.is_cuda() && !group.reduction->done()) return false;
     release_storage(group.grads);
     return true;
   };
   awaiting_release_.erase(std::remove_if(awaiting_release_.begin(), awaiting_release_.end(), released), awaiting_release_.end());
 }
 
+// close_backward waited for every reduction: a later micro-batch's reduce-scatter into `incoming`
+// (fsdp) is added to the slice now, not in the gradient hook, which would wait for it there.
+void ShardedParallel::reductions_done() {
+  release_reduced(/*end_of_backward=*/true);
+  for (FlatGroup& group : groups_) {
+    if (!group.incoming.defined()) continue;
+    group.grad_shard.add_(group.incoming);
+    group.incoming = torch::Tensor();
+  }
+}
+
 torch::Tensor ShardedParallel::clip_and_step(double max_norm, double lr) {
   torch::NoGradGuard no_grad;
-  // torch's clip_grad_norm_: the norm of the per-parameter norms. Each rank sums the squares of its
-  // slices per parameter (in float64); the sums add up across ranks, on the device.
+  // torch's clip_grad_norm_: the norm of the per-parameter norms. Each rank has at most one slice
+  // of a parameter: the squares of its slices' norms (multi-tensor kernels, as torch's foreach
+  // path) add up per parameter across ranks, in float64, on the device.
   torch::Tensor squares =
       torch::zeros({static_cast<int64_t>(parameters_.size())}, groups_.front().grad_shard.options().dtype(torch::kDouble));
-  for (size_t s = 0; s < slice_grads_.size(); ++s)
-    squares.narrow(0, static_cast<int64_t>(slice_parameter_[s]), 1).add_(slice_grads_[s].square().sum(torch::kDouble));
+  if (!slice_grads_.empty())  // a rank's slices may all fall in the padding of tiny groups
+    squares.index_add_(0, slice_parameter_, torch::stack(at::_foreach_norm(slice_grads_, 2)).to(torch::kDouble).square());
   communicator_->all_reduce_sum(squares, "all-reduce of the gradient norm")->wait();
   torch::Tensor total_norm = torch::norm(squares.sqrt().to(torch::kFloat), 2);
   if (max_norm > 0) {  // 0: no clipping, as HF
     torch::Tensor clip_coef = torch::clamp((total_norm + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
-    for (auto& grad : slice_grads_) grad.mul_(clip_coef);
+    if (!slice_grads_.empty()) at::_foreach_mul_(slice_grads_, clip_coef);
   }
   optimizer_->step(lr);
   after_step();

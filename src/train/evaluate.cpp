@@ -1,5 +1,9 @@
 #include "mpibert/train/evaluate.hpp"
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <optional>
 #include <sstream>
 
 #include "mpibert/core/time.hpp"
@@ -27,6 +31,46 @@ SquadDataset gold_answers(const FeatureStore& store, const std::string& origin) 
   return data;
 }
 
+// One batch's logits on their way to the host. On a GPU the copies go to pinned memory, queued
+// behind the forward, and are read once `copied` is reached: meanwhile the host makes and queues
+// the next batch, so the GPU does not wait for the host between batches.
+struct LogitsInFlight {
+  std::vector<int64_t> indices;
+  torch::Tensor starts, ends;  // [rows, length] float32 on the host
+  std::optional<c10::Event> copied;
+};
+
+LogitsInFlight copy_to_host(const QAOutput& out, std::vector<int64_t> indices) {
+  LogitsInFlight flight{std::move(indices), {}, {}, std::nullopt};
+  const torch::Device device = out.start_logits.device();
+  auto to_host = [&](const torch::Tensor& logits) {
+    const torch::Tensor float_logits = logits.to(torch::kFloat).contiguous();
+    if (!device.is_cuda()) return float_logits;
+    torch::Tensor host = torch::empty(float_logits.sizes(), float_logits.options().device(torch::kCPU).pinned_memory(true));
+    return host.copy_(float_logits, /*non_blocking=*/true);
+  };
+  flight.starts = to_host(out.start_logits);
+  flight.ends = to_host(out.end_logits);
+  if (device.is_cuda()) {
+    flight.copied.emplace(device.type());
+    flight.copied->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
+  }
+  return flight;
+}
+
+// Each feature's logits over its own tokens.
+void store_rows(LogitsInFlight& flight, const FeatureStore& store, FeatureLogits& logits) {
+  if (flight.copied) flight.copied->synchronize();
+  for (size_t row = 0; row < flight.indices.size(); ++row) {
+    const auto feature = static_cast<size_t>(flight.indices[row]);
+    const auto length = static_cast<size_t>(store.feature(flight.indices[row]).length);
+    const float* s = flight.starts[static_cast<int64_t>(row)].data_ptr<float>();
+    const float* e = flight.ends[static_cast<int64_t>(row)].data_ptr<float>();
+    logits.start[feature].assign(s, s + length);
+    logits.end[feature].assign(e, e + length);
+  }
+}
+
 }  // namespace
 
 Padding eval_padding(Padding training) { return training == Padding::kPacked ? Padding::kPacked : Padding::kDynamic; }
@@ -41,22 +85,21 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
   FeatureLogits logits;
   logits.start.resize(static_cast<size_t>(store.num_features()));
   logits.end.resize(logits.start.size());
+  // Summed on the device (float64, as the host summed it), read once at the end.
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  std::optional<LogitsInFlight> previous;
   for (int64_t begin = first; begin < last; begin += batch_size) {
     std::vector<int64_t> indices;
     for (int64_t i = begin; i < std::min(begin + batch_size, last); ++i) indices.push_back(i);
-    const Batch batch = make_batch(store, indices, padding).to(device);
+    const Batch batch = make_batch(store, indices, padding, /*pad_token_id=*/0, /*pin_memory=*/device.is_cuda()).to(device);
     QAOutput out = forward_batch(model, batch);
-    logits.loss_sum += out.loss.item<double>() * static_cast<double>(indices.size());
-    auto starts = out.start_logits.to(torch::kCPU, torch::kFloat).contiguous();
-    auto ends = out.end_logits.to(torch::kCPU, torch::kFloat).contiguous();
-    for (size_t row = 0; row < indices.size(); ++row) {
-      const auto length = static_cast<size_t>(store.feature(indices[row]).length);
-      const float* s = starts[static_cast<int64_t>(row)].data_ptr<float>();
-      const float* e = ends[static_cast<int64_t>(row)].data_ptr<float>();
-      logits.start[static_cast<size_t>(indices[row])].assign(s, s + length);
-      logits.end[static_cast<size_t>(indices[row])].assign(e, e + length);
-    }
+    loss_sum += out.loss.to(torch::kDouble) * static_cast<double>(indices.size());
+    LogitsInFlight current = copy_to_host(out, std::move(indices));
+    if (previous) store_rows(*previous, store, logits);
+    previous = std::move(current);
   }
+  if (previous) store_rows(*previous, store, logits);
+  logits.loss_sum = loss_sum.item<double>();
   if (was_training) model->train();
   return logits;
 }

@@ -159,10 +159,11 @@ class BertModelImpl : public torch::nn::Module {
   // embeddings are unit 0 for `hooks`, the layers the units after it.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
                         UnitHooks* hooks = nullptr);
-  // Packed features: ids, token types and positions [tokens]; returns [tokens, hidden].
+  // Packed features: ids, token types and positions [tokens]; returns [tokens, hidden]. `varlen`:
+  // the same features for the variable-length kernels (on a GPU; undefined elsewhere).
   torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
-                               UnitHooks* hooks = nullptr);
+                               const VarlenLayout& varlen, UnitHooks* hooks = nullptr);
   BertEmbeddings embeddings{nullptr};
   BertEncoder encoder{nullptr};
 };
@@ -199,7 +200,8 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertForQuestionAnswering);
 
-// HF's extended attention mask: (1 - mask) * float32 min as `dtype`, [batch, 1, 1, seq].
+// HF's extended attention mask: (1 - mask) * float32 min as `dtype`, [batch, 1, 1, seq] (on a
+// GPU a view of rows padded to 16 elements).
 torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
 
 // HF's QA loss: positions clamped to [0, seq], cross-entropy ignoring index seq, mean of start and end.

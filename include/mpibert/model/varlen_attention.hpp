@@ -18,7 +18,7 @@ namespace mpibert {
 struct VarlenLayout {
   torch::Tensor cumulative_lengths;
   int64_t longest = 0;
-  static VarlenLayout of(const std::vector<int64_t>& feature_offsets, const torch::Device& device);
+  static VarlenLayout of(const std::vector<int64_t>& feature_offsets, int64_t longest, const torch::Device& device);
 };
 
 // q, k, v [tokens, heads, head_size] (the last dimension contiguous) -> context [tokens, heads,
