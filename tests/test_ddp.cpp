@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -227,6 +228,45 @@ TEST_F(DataParallelRun, TwoRankResumeIsBitExact) {
     const auto state_a = nlohmann::json::parse(read_file(a + "/trainer_state.json"));
     const auto state_b = nlohmann::json::parse(read_file(b + "/trainer_state.json"));
     EXPECT_EQ(state_a["loss_history"], state_b["loss_history"]) << strategy;
+  }
+}
+
+// fp16 loss scaling across ranks: a non-finite gradient on one rank alone (MPIBERT_INJECT_OVERFLOW,
+// after the gradients were reduced: the other rank's are finite, ddp's whole and zero1's slices)
+// makes every rank skip that step: the scale backs off and the schedule waits. A run stopped after
+// the skip and resumed ends bit for bit where the uninterrupted one does (the scaler travels in
+// the checkpoint).
+TEST_F(DataParallelRun, Fp16SkipsAStepOnEveryRankWhenOneRanksGradientIsNotFiniteAndResumesBitExact) {
+  for (const char* strategy : {"ddp", "zero1"}) {
+    test::TempDir runs;
+    const std::string options = std::string("--batch-size 4 --max-steps 5 --fp16 --strategy ") + strategy;
+    const std::string overflow = "MPIBERT_INJECT_OVERFLOW=1:1";  // rank 1, the second step
+    auto whole = train(2, runs.file("whole"), options, overflow, "config-dropout.json");
+    ASSERT_EQ(whole.exit_status, 0) << whole.output;
+    EXPECT_NE(whole.output.find("step 2: a gradient is not finite at loss scale 65536"), std::string::npos) << whole.output;
+    const auto results = nlohmann::json::parse(read_file(runs.file("whole") + "/results.json"));
+    EXPECT_EQ(results["skipped_steps"], 1) << strategy;
+    EXPECT_EQ(results["loss_scale"], 32768.0) << strategy;
+    std::vector<nlohmann::json> steps;
+    std::istringstream metrics(read_file(runs.file("whole") + "/metrics.jsonl"));
+    for (std::string line; std::getline(metrics, line);)
+      if (nlohmann::json::parse(line).contains("loss_scale")) steps.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(steps.size(), 5u) << strategy;
+    EXPECT_EQ(steps[1]["skipped"], true);
+    EXPECT_EQ(steps[1]["loss_scale"], 65536.0);
+    EXPECT_EQ(steps[2]["loss_scale"], 32768.0);
+    EXPECT_EQ(steps[2]["learning_rate"], steps[1]["learning_rate"]) << "the schedule moved over a skipped step";
+    for (size_t i : {0, 2, 3, 4}) EXPECT_EQ(steps[i]["skipped"], false) << strategy << " step " << i + 1;
+
+    auto first = train(2, runs.file("parts"), options + " --stop-after-steps 3", overflow, "config-dropout.json");
+    ASSERT_EQ(first.exit_status, 0) << first.output;
+    auto rest = train(2, runs.file("parts"), options + " --resume auto", overflow, "config-dropout.json");
+    ASSERT_EQ(rest.exit_status, 0) << rest.output;
+    const std::string a = checkpoint(runs.file("whole"), 5), b = checkpoint(runs.file("parts"), 5);
+    EXPECT_EQ(read_file_bytes(a + "/model.safetensors"), read_file_bytes(b + "/model.safetensors")) << strategy;
+    const auto resumed = nlohmann::json::parse(read_file(runs.file("parts") + "/results.json"));
+    EXPECT_EQ(resumed["skipped_steps"], 1) << strategy;
+    EXPECT_EQ(resumed["loss_scale"], 32768.0) << strategy;
   }
 }
 

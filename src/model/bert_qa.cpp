@@ -131,25 +131,26 @@ nlohmann::ordered_json BertConfig::to_json() const {
 
 namespace {
 
-// Enables bf16 autocast for one device type for its lifetime, restoring the previous state.
-class Bf16AutocastGuard {
+// Enables autocast to `dtype` (none: nothing) for one device type for its lifetime, restoring the
+// previous state.
+class AutocastGuard {
  public:
-  Bf16AutocastGuard(bool enabled, c10::DeviceType device) : enabled_(enabled), device_(device) {
+  AutocastGuard(std::optional<at::ScalarType> dtype, c10::DeviceType device) : enabled_(dtype.has_value()), device_(device) {
     if (!enabled_) return;
     was_enabled_ = at::autocast::is_autocast_enabled(device_);
     previous_dtype_ = at::autocast::get_autocast_dtype(device_);
     at::autocast::set_autocast_enabled(device_, true);
-    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+    at::autocast::set_autocast_dtype(device_, *dtype);
     at::autocast::increment_nesting();
   }
-  ~Bf16AutocastGuard() {
+  ~AutocastGuard() {
     if (!enabled_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     at::autocast::set_autocast_enabled(device_, was_enabled_);
     at::autocast::set_autocast_dtype(device_, previous_dtype_);
   }
-  Bf16AutocastGuard(const Bf16AutocastGuard&) = delete;
-  Bf16AutocastGuard& operator=(const Bf16AutocastGuard&) = delete;
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
   bool enabled_, was_enabled_ = false;
@@ -419,7 +420,7 @@ std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logit
 QAOutput BertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions,
                                                       const torch::Tensor& end_positions) {
   QAOutput out;
-  Bf16AutocastGuard autocast(options_.autocast_bf16, features.input_ids.device().type());
+  AutocastGuard autocast(options_.autocast_dtype(), features.input_ids.device().type());
   const torch::Device device = features.input_ids.device();
   // One copy of the features' layout to the GPU serves every layer and the logits.
   const VarlenLayout varlen = device.is_cuda() ? VarlenLayout::of(features.offsets, features.longest, device) : VarlenLayout{};
@@ -436,7 +437,7 @@ QAOutput BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, c
                                                const torch::Tensor& attention_mask, const torch::Tensor& start_positions,
                                                const torch::Tensor& end_positions) {
   QAOutput out;
-  Bf16AutocastGuard autocast(options_.autocast_bf16, input_ids.device().type());
+  AutocastGuard autocast(options_.autocast_dtype(), input_ids.device().type());
   out.sequence_output = bert(input_ids, token_type_ids, attention_mask, unit_hooks_);
   auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });
   out.start_logits = logits.select(-1, 0).contiguous();

@@ -43,6 +43,23 @@ std::vector<NamedTensor> DataParallel::optimizer_state() {
 
 void DataParallel::load_optimizer_state(const std::vector<SafetensorsFile>& files) { load_optimizer_pieces(optimizer(), files); }
 
+std::vector<torch::Tensor> DataParallel::held_gradients() const {
+  std::vector<torch::Tensor> gradients;
+  for (const auto& slot : optimizer().slots())
+    if (slot.parameter.grad().defined()) gradients.push_back(slot.parameter.grad());
+  return gradients;
+}
+
+bool DataParallel::unscale_gradients(double inverse_scale) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gradients = held_gradients();
+  const auto options = optimizer().slots().front().parameter.options().dtype(torch::kFloat);
+  torch::Tensor found = torch::zeros({1}, options);
+  if (!gradients.empty())  // torch's own kernel: one pass that scales and checks
+    at::_amp_foreach_non_finite_check_and_unscale_(gradients, found, torch::full({1}, inverse_scale, options));
+  return nonzero_on_any_rank(found);
+}
+
 int64_t DataParallel::optimizer_state_bytes() const {
   int64_t bytes = 0;
   for (auto& slot : optimizer().slots()) bytes += static_cast<int64_t>(slot.exp_avg.nbytes() + slot.exp_avg_sq.nbytes());

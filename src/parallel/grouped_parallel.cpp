@@ -223,6 +223,11 @@ void GroupedParallel::record_reduction(const std::shared_ptr<Work>& work, int64_
   bytes_ += bytes;
 }
 
+bool GroupedParallel::nonzero_on_any_rank(torch::Tensor count) const {
+  communicator_->all_reduce_sum(count, "all-reduce of the non-finite gradient check")->wait();
+  return count.item<float>() > 0;
+}
+
 void GroupedParallel::wait_gathered(size_t group) {
   FlatGroup& unit = groups_[group];
   if (!unit.gather) return;

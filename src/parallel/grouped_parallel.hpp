@@ -103,6 +103,7 @@ class GroupedParallel : public DataParallel {
   void wait_gathered(size_t group);
   // A reduction issued this step: its timing is accounted, its bytes counted.
   void record_reduction(const std::shared_ptr<Work>& work, int64_t bytes);
+  bool nonzero_on_any_rank(torch::Tensor count) const override;
   torch::OrderedDict<std::string, torch::Tensor> named_parameters() const;
 
   DataParallelOptions options_;

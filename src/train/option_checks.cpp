@@ -95,6 +95,8 @@ void check_train_options(const TrainOptions& o) {
   if (o.eval_steps > 0 && o.eval_dir.empty())
     throw InputError(describe(check.flag(o.eval_steps), std::to_string(o.eval_steps),
                               "evaluates on " + check.flag(o.eval_dir) + ", which is not given"));
+  if (o.model.autocast_bf16 && o.model.autocast_fp16)
+    throw InputError(check.flag(o.model.autocast_fp16) + " and " + check.flag(o.model.autocast_bf16) + ": give one of them");
   if (o.train_dir.empty())
     throw InputError(check.flag(o.train_dir) + ": required (shards prepared by mpibert-prep --split train)");
   if (o.output_dir.empty()) throw InputError(check.flag(o.output_dir) + ": required");

@@ -69,21 +69,24 @@ std::vector<LoggedStep> RunLog::flush_steps() {
   if (world_size_ > 1) losses = sum_over_ranks(std::move(losses), "the steps' losses");
   for (size_t i = 0; i < pending_.size(); ++i) {
     const Pending& p = pending_[i];
-    LoggedStep step{p.record.step,        p.record.epoch, losses[i] / world_size_, *read++, p.record.learning_rate,
-                    p.samples_per_second, p.step_time,    p.record.seconds};
+    LoggedStep step{
+        p.record.step, p.record.epoch,   losses[i] / world_size_, *read++,         p.record.learning_rate, p.samples_per_second,
+        p.step_time,   p.record.seconds, p.record.loss_scale,     p.record.skipped};
     scalar("train/loss", step.loss, step.step);
     scalar("train/learning_rate", step.learning_rate, step.step);
     scalar("train/grad_norm", step.grad_norm, step.step);
     scalar("train/samples_per_second", step.samples_per_second, step.step);
     scalar("train/step_time", step.step_time, step.step);
-    write_metrics_line({{"step", step.step},
-                        {"epoch", step.epoch},
-                        {"loss", step.loss},
-                        {"learning_rate", step.learning_rate},
-                        {"grad_norm", step.grad_norm},
-                        {"samples_per_second", step.samples_per_second},
-                        {"step_time", step.step_time},
-                        {"seconds", step.seconds}});
+    nlohmann::ordered_json line = {{"step", step.step},           {"epoch", step.epoch},
+                                   {"loss", step.loss},           {"learning_rate", step.learning_rate},
+                                   {"grad_norm", step.grad_norm}, {"samples_per_second", step.samples_per_second},
+                                   {"step_time", step.step_time}, {"seconds", step.seconds}};
+    if (step.loss_scale) {
+      scalar("train/loss_scale", *step.loss_scale, step.step);
+      line["loss_scale"] = *step.loss_scale;
+      line["skipped"] = step.skipped;
+    }
+    write_metrics_line(line);
     logged.push_back(step);
   }
   pending_.clear();

@@ -45,6 +45,10 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
   results["preempted"] = stop_requested_ && stopped_early;
   results["global_step"] = state_.global_step;
   results["resumed_from_step"] = resumed_from_step_;
+  if (loss_scaler_) {
+    results["loss_scale"] = loss_scaler_->current_scale();
+    results["skipped_steps"] = state_.skipped_steps;
+  }
   if (device_.is_cuda()) results["peak_gpu_memory_bytes"] = peak_memory_bytes(device_);
   // The slowest rank's time in each phase: the one the others waited for.
   std::vector<double> phase_seconds = phases_.values();
@@ -125,13 +129,17 @@ nlohmann::ordered_json Trainer::memory_per_rank() const {
 // The matrix-product rate of every rank at once (they share the machine as the run will), in
 // the run's precision, summed: what the run's model FLOP/s is a fraction of.
 void Trainer::measure_matmul_rate() {
-  const torch::ScalarType dtype = options_.model.autocast_bf16 ? torch::kBFloat16 : torch::kFloat;
+  const torch::ScalarType dtype = options_.model.autocast_dtype().value_or(torch::kFloat);
   if (ranks_.size > 1) barrier("the start of the matrix-product measurement");
   std::vector<double> rate = {measure_matmul_flops_per_second(device_, dtype)};
   if (ranks_.size > 1) rate = sum_over_ranks(std::move(rate), "the matrix-product rates");
   matmul_flops_per_second_ = rate[0];
-  spdlog::info("matrix products in {}: {:.1f} GFLOP/s over the {} rank(s)", options_.model.autocast_bf16 ? "bf16" : "fp32",
-               matmul_flops_per_second_ / 1e9, ranks_.size);
+  spdlog::info("matrix products in {}: {:.1f} GFLOP/s over the {} rank(s)", matmul_dtype_name(), matmul_flops_per_second_ / 1e9,
+               ranks_.size);
+}
+
+const char* Trainer::matmul_dtype_name() const {
+  return options_.model.autocast_bf16 ? "bf16" : options_.model.autocast_fp16 ? "fp16" : "float32";
 }
 
 // Model FLOPs on real tokens against the measured matrix-product rate (MFU), over the training
@@ -141,7 +149,7 @@ nlohmann::ordered_json Trainer::utilization() const {
   return {{"model_flops_per_sample", samples_this_run_ > 0 ? model_flops_this_run_ / samples_this_run_ : 0.0},
           {"model_flops_per_second", achieved},
           {"matmul_flops_per_second", matmul_flops_per_second_},
-          {"matmul_dtype", options_.model.autocast_bf16 ? "bf16" : "float32"},
+          {"matmul_dtype", matmul_dtype_name()},
           {"mfu", matmul_flops_per_second_ > 0 ? achieved / matmul_flops_per_second_ : 0.0},
           {"steady_mfu", matmul_flops_per_second_ > 0 && steady_.seconds > 0
                              ? steady_.model_flops / steady_.seconds / matmul_flops_per_second_

@@ -71,6 +71,11 @@ StopSignals::~StopSignals() {
 
 int StopSignals::received() const { return stop_signal; }
 
+bool overflow_injected(const Ranks& ranks, int64_t step) {
+  static const Fault overflow = fault_from_environment("MPIBERT_INJECT_OVERFLOW");
+  return overflow.rank == ranks.rank && overflow.step == step;
+}
+
 void inject_faults(const Ranks& ranks, int64_t step, FaultPoint point) {
   static const Fault failure = fault_from_environment("MPIBERT_INJECT_FAILURE");
   static const Fault hang = fault_from_environment("MPIBERT_INJECT_HANG");

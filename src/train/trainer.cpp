@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <limits>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
@@ -75,7 +76,8 @@ bool Trainer::steps_left_in_epoch() const {
 StepRecord Trainer::train_step(BatchLoader& batches) {
   step_start_ = Clock::now();
   StepRecord step;
-  step.learning_rate = schedule_->lr(state_.global_step);
+  // The schedule moves with the updates taken: not over steps skipped for a non-finite gradient (HF's Trainer).
+  step.learning_rate = schedule_->lr(state_.global_step - state_.skipped_steps);
   const int64_t accumulation = options_.gradient_accumulation;
   for (int64_t micro = 0; micro < accumulation; ++micro, ++state_.micro_batches_done) {
     const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
@@ -84,7 +86,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
     timed(phases_.backward, "mpibert::backward", [&] {
       parallel_->note_input_ids(batch.input_ids);
       parallel_->begin_backward(/*synchronize=*/micro + 1 == accumulation);
-      loss.backward();
+      (loss_scaler_ ? loss_scaler_->scale(loss) : loss).backward();
     });
     step.losses.push_back(loss.detach());
     step.samples += static_cast<double>(batch.feature_indices.size());
@@ -94,11 +96,34 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
   inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
   timed(phases_.gradient_sync, "mpibert::gradient_sync", [&] { parallel_->finish_gradient_sync(); });
   step.grad_norm = timed(phases_.optimizer, "mpibert::optimizer", [&] {
-    torch::Tensor norm = parallel_->clip_and_step(options_.max_grad_norm, step.learning_rate);
+    torch::Tensor norm = skip_for_non_finite_gradients(step)
+                             ? torch::full({}, std::numeric_limits<float>::quiet_NaN())
+                             : parallel_->clip_and_step(options_.max_grad_norm, step.learning_rate);
     parallel_->zero_grad();
     return norm;
   });
   return step;
+}
+
+// fp16 (torch.amp.GradScaler, as HF's Trainer uses it): the gradients are unscaled before
+// clipping, and a step where any rank's hold an inf or NaN is skipped on every rank: no update,
+// the schedule stays, the scale backs off. Reading the decision waits for the device, once a step
+// (as GradScaler.step does).
+bool Trainer::skip_for_non_finite_gradients(StepRecord& step) {
+  if (!loss_scaler_) return false;
+  step.loss_scale = loss_scaler_->current_scale();
+  if (overflow_injected(ranks_, state_.global_step)) {
+    torch::NoGradGuard no_grad;
+    parallel_->held_gradients().front().view(-1)[0] = std::numeric_limits<float>::infinity();
+  }
+  step.skipped = parallel_->unscale_gradients(loss_scaler_->inverse_scale());
+  loss_scaler_->update(step.skipped);
+  if (step.skipped) {
+    ++state_.skipped_steps;
+    spdlog::warn("step {}: a gradient is not finite at loss scale {}: step skipped, scale now {}", state_.global_step + 1,
+                 *step.loss_scale, loss_scaler_->current_scale());
+  }
+  return step.skipped;
 }
 
 // The bookkeeping after a step: logs, evaluation and checkpoints. Returns true when the run stops
@@ -185,6 +210,7 @@ void Trainer::run_evaluation() {
 
 void Trainer::save_checkpoint() {
   flush_logs(false);  // the loss history goes into trainer_state.json
+  if (loss_scaler_) state_.loss_scaler = loss_scaler_->state();
   save_training_checkpoint(checkpoint_context(), model(), *parallel_, state_, device_);
 }
 

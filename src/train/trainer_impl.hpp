@@ -15,6 +15,7 @@
 #include "mpibert/data/sampler.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/flops.hpp"
+#include "mpibert/nn/loss_scaler.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
@@ -56,6 +57,7 @@ class Trainer {
   // Epochs done after optimizer step `step` (fractional).
   double epochs_at(int64_t step) const { return static_cast<double>(step) / static_cast<double>(steps_per_epoch_); }
   StepRecord train_step(BatchLoader& batches);
+  bool skip_for_non_finite_gradients(StepRecord& step);
   bool finish_step(StepRecord step, const StopSignals& signals);
   void flush_logs(bool print_progress);
   void run_evaluation();
@@ -66,6 +68,7 @@ class Trainer {
   nlohmann::ordered_json parallel_summary() const;
   nlohmann::ordered_json memory_per_rank() const;
   void measure_matmul_rate();
+  const char* matmul_dtype_name() const;
   nlohmann::ordered_json utilization() const;
   void write_hf_names(const nlohmann::ordered_json& results) const;
 
@@ -83,6 +86,7 @@ class Trainer {
   TrainingFlops training_flops_;        // on real tokens, for MFU
   double matmul_flops_per_second_ = 0;  // measured at setup, summed over the ranks
   std::optional<LinearSchedule> schedule_;
+  std::optional<LossScaler> loss_scaler_;  // fp16
   std::shared_ptr<Communicator> communicator_;
   std::unique_ptr<DataParallel> parallel_;
   std::unique_ptr<RunLog> log_;

@@ -173,6 +173,10 @@ void Trainer::set_up_parallel() {
                  state_.micro_batches_done);
   }
   parallel_->broadcast_parameters();
+  if (options_.model.autocast_fp16) {
+    loss_scaler_.emplace();
+    if (state_.loss_scaler) loss_scaler_->restore(*state_.loss_scaler);
+  }
   flops_per_token_ = 6.0 * static_cast<double>(count_non_embedding_parameters(*model()));
   training_flops_ = bert_qa_training_flops(model()->config());
   measure_matmul_rate();

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -123,18 +124,23 @@ std::string checksums_json(const std::vector<std::string>& parts_of_ranks) {
 nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
   nlohmann::ordered_json history = nlohmann::ordered_json::array();
   for (const auto& [step, loss] : loss_history) history.push_back({{"step", step}, {"loss", loss}});
-  return {{"global_step", global_step},
-          {"epoch", epoch},
-          {"micro_batches_done_in_epoch", micro_batches_done},
-          {"world_size", world_size},
-          {"per_rank_batch_size", per_rank_batch_size},
-          {"strategy", strategy},
-          {"best_metric", best_metric ? nlohmann::ordered_json(*best_metric) : nlohmann::ordered_json()},
-          {"best_metric_name", "eval_f1"},
-          {"best_step", best_step},
-          {"total_flos", total_flos},
-          {"model_config", config.to_json()},
-          {"loss_history", history}};
+  nlohmann::ordered_json json = {{"global_step", global_step},
+                                 {"epoch", epoch},
+                                 {"micro_batches_done_in_epoch", micro_batches_done},
+                                 {"world_size", world_size},
+                                 {"per_rank_batch_size", per_rank_batch_size},
+                                 {"strategy", strategy},
+                                 {"best_metric", best_metric ? nlohmann::ordered_json(*best_metric) : nlohmann::ordered_json()},
+                                 {"best_metric_name", "eval_f1"},
+                                 {"best_step", best_step},
+                                 {"total_flos", total_flos},
+                                 {"model_config", config.to_json()},
+                                 {"loss_history", history}};
+  if (loss_scaler) {
+    json["skipped_steps"] = skipped_steps;
+    json["loss_scaler"] = {{"scale", loss_scaler->scale}, {"growth_tracker", loss_scaler->growth_tracker}};
+  }
+  return json;
 }
 
 std::string checkpoint_dir(const std::string& output_dir, int64_t step) {
@@ -271,6 +277,16 @@ TrainerState read_trainer_state(const std::string& path) {
   if (json.contains("best_metric") && !json["best_metric"].is_null()) state.best_metric = fields.number(json, "", "best_metric");
   if (json.contains("best_step")) state.best_step = fields.integer<int64_t>(json, "", "best_step", -1);
   if (json.contains("total_flos")) state.total_flos = fields.number(json, "", "total_flos");
+  if (json.contains("loss_scaler")) {
+    const auto& scaler = fields.get(json, "", "loss_scaler", JsonFields::Json::value_t::object);
+    LossScalerState loss_scaler;
+    loss_scaler.scale = fields.number(scaler, "loss_scaler", "scale");
+    loss_scaler.growth_tracker = fields.integer<int64_t>(scaler, "loss_scaler", "growth_tracker", 0);
+    if (!(loss_scaler.scale > 0) || !std::isfinite(loss_scaler.scale))
+      fields.fail("loss_scaler.scale", "must be positive and finite");
+    state.loss_scaler = loss_scaler;
+    state.skipped_steps = fields.integer<int64_t>(json, "", "skipped_steps", 0);
+  }
   return state;
 }
 

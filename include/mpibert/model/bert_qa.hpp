@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 #include <array>
 #include <string>
@@ -53,6 +55,14 @@ struct QAOutput {
 struct ModelOptions {
   // bf16 autocast around the forward pass (for GPUs); float32 is the default and the parity reference.
   bool autocast_bf16 = false;
+  // fp16 autocast instead (GPUs without bf16); training needs loss scaling with it (nn/loss_scaler.hpp).
+  bool autocast_fp16 = false;
+  // The autocast dtype, if any: kBFloat16, kHalf or nullopt.
+  std::optional<at::ScalarType> autocast_dtype() const {
+    if (autocast_bf16) return at::kBFloat16;
+    if (autocast_fp16) return at::kHalf;
+    return std::nullopt;
+  }
   // One [hidden, 3*hidden] matmul for Q, K and V instead of three (same parameters, HF names).
   bool fused_qkv = true;
 };

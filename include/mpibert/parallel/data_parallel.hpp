@@ -130,6 +130,13 @@ class DataParallel {
   virtual torch::Tensor clip_and_step(double max_norm, double lr) = 0;
   virtual void zero_grad() = 0;
 
+  // fp16 loss scaling, after finish_gradient_sync (GradScaler.unscale_): multiplies the gradients
+  // this rank holds by `inverse_scale` and returns whether any rank's held an inf or NaN.
+  // Collective where there are ranks: every rank takes the same decision, to step or to skip.
+  bool unscale_gradients(double inverse_scale);
+  // The gradients this rank's AdamW updates: every parameter's (one process, ddp) or its slices'.
+  std::vector<torch::Tensor> held_gradients() const;
+
   // Checkpoints. ddp and one process: the whole state, identical on every rank (rank 0 saves it).
   // zero1, zero2, fsdp: this rank's slices; every rank saves its own. Tensors are named
   // "exp_avg.NAME[BEGIN:END]" (a range of parameter NAME's flattened elements; a whole parameter
@@ -154,6 +161,8 @@ class DataParallel {
  protected:
   // The AdamW of this rank: over every parameter (one process, ddp) or this rank's slices.
   virtual AdamW& optimizer() const = 0;
+  // Whether `count` ([1] float32, on the device) is non-zero on any rank (one process: here).
+  virtual bool nonzero_on_any_rank(torch::Tensor count) const { return count.item<float>() > 0; }
 };
 
 // `communicator` null: one process, whatever the strategy. The description's parameters become

@@ -27,16 +27,20 @@ struct StepRecord {
   std::vector<torch::Tensor> losses;  // per micro-batch, already divided by the accumulation; on the device
   torch::Tensor grad_norm;            // before clipping; on the device
   double learning_rate = 0;
-  double samples = 0;      // this step's, over all ranks
-  double tokens = 0;       // padded tokens this step (this rank's, then summed over ranks)
-  double model_flops = 0;  // on real tokens (model/flops.hpp); this rank's, then summed over ranks
-  double seconds = 0;      // since the run started, when the step ended
+  double samples = 0;                // this step's, over all ranks
+  double tokens = 0;                 // padded tokens this step (this rank's, then summed over ranks)
+  double model_flops = 0;            // on real tokens (model/flops.hpp); this rank's, then summed over ranks
+  double seconds = 0;                // since the run started, when the step ended
+  std::optional<double> loss_scale;  // fp16: the scale the step's loss was multiplied by
+  bool skipped = false;              // fp16: no update, for a non-finite gradient
 };
 
 // A step once flushed: its loss averaged over the ranks.
 struct LoggedStep {
   int64_t step = 0;
   double epoch = 0, loss = 0, grad_norm = 0, learning_rate = 0, samples_per_second = 0, step_time = 0, seconds = 0;
+  std::optional<double> loss_scale;
+  bool skipped = false;
 };
 
 class RunLog {

@@ -33,4 +33,8 @@ enum class FaultPoint { kStepStart, kAfterBackward };
 // MPIBERT_INJECT_SIGNAL raises SIGUSR1 (as SLURM's warning would, on one rank only).
 void inject_faults(const Ranks& ranks, int64_t step, FaultPoint point);
 
+// MPIBERT_INJECT_OVERFLOW=RANK:STEP: whether this rank's gradients at this step are to be made
+// non-finite (for the fp16 loss-scaling tests: every rank must skip the step with it).
+bool overflow_injected(const Ranks& ranks, int64_t step);
+
 }  // namespace mpibert

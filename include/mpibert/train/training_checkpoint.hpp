@@ -15,6 +15,7 @@
 
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/bert_qa.hpp"
+#include "mpibert/nn/loss_scaler.hpp"
 #include "mpibert/nn/safetensors.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 
@@ -32,6 +33,9 @@ struct TrainerState {
   int world_size = 1;
   int64_t per_rank_batch_size = 0;  // 0: not recorded (older checkpoints)
   std::string strategy = "ddp";
+  // fp16: the steps skipped for a non-finite gradient (the schedule stood still), and the scaler.
+  int64_t skipped_steps = 0;
+  std::optional<LossScalerState> loss_scaler;
 
   nlohmann::ordered_json to_json(const BertConfig& config) const;
 };
