@@ -1,38 +1,94 @@
 #!/usr/bin/env bash
-# Packs what a bare GPU machine without network needs to run scripts/gpu_check.sh on binaries
-# built here: the mpibert binaries the check runs (stripped) and the shared libraries they link
-# that such a machine lacks (spdlog, fmt, utf8proc; see ../shared/gpu-image/README.md) or holds in
-# another release (HDF5 and protobuf check at run time that they are the release compiled against).
-# LibTorch, CUDA, NCCL and Open MPI are the machine's own: the same LibTorch wheel (2.11.0+cu130),
-# and Open MPI's ABI is stable across 4.1.x.
-#   scripts/gpu_bundle.sh DIR     (after bash scripts/build.sh; DIR inside the checkout travels
-#                                  with it when .git/info/exclude or .gitignore names it)
-# There: scripts/gpu_check.sh --bundle DIR
+# Packs what a bare GPU machine without network needs (see ../shared/gpu-image/README.md) to run
+# scripts/gpu_check.sh, on binaries built here or on a build of its own:
+#   - bin/ and lib/: the mpibert binaries the check runs (stripped) and the shared libraries they
+#     link that such a machine lacks (spdlog, fmt, utf8proc) or holds in another release (HDF5 and
+#     protobuf check at run time that they are the release compiled against); about 14 MB.
+#     LibTorch, CUDA, NCCL and Open MPI are the machine's own: the same LibTorch wheel
+#     (2.11.0+cu130), and Open MPI's ABI is stable across 4.1.x.
+#   - debs/: the Debian 12 packages of what the GPU image lacks to build mpibert from source
+#     (spdlog, CLI11, nlohmann-json, utf8proc), fetched with apt-get download; under 1 MB. spdlog's
+#     own dependencies are the image's (fmt 9.1); libspdlog-dev's dependency on catch2 is Debian's
+#     packaging, not needed to build. gpu_check.sh --build unpacks them with dpkg -x into its build
+#     directory and builds there against the machine's PyTorch and CUDA toolkit.
+#   scripts/gpu_bundle.sh [--no-binaries | --no-debs] DIR
+#     (default)      both (binaries after bash scripts/build.sh)
+#     --no-binaries  debs/ only: for a build there; nothing needs to be built here
+#     --no-debs      bin/ and lib/ only (the bundle of before the source build)
+# DIR inside the checkout travels with it when .git/info/exclude or .gitignore names it.
+# There: scripts/gpu_check.sh --bundle DIR [--build | --build-only] (that script's header).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -eq 1 ] || { echo "usage: scripts/gpu_bundle.sh DIR" >&2; exit 2; }
-out=$1
-bin=${MPIBERT_BIN_DIR:-build/bin}
-binaries=(mpibert mpibert-prep test_gpu)
-for b in "${binaries[@]}"; do
-  [ -x "$bin/$b" ] || { echo "gpu_bundle: $bin/$b not found: run bash scripts/build.sh first" >&2; exit 1; }
+usage="usage: scripts/gpu_bundle.sh [--no-binaries | --no-debs] DIR"
+binaries=1
+debs=1
+while [ $# -gt 1 ]; do
+  case $1 in
+    --no-binaries) binaries=0; shift ;;
+    --no-debs) debs=0; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
 done
-if ! ldd "$bin/mpibert" | grep -q libtorch_cuda; then
-  echo "gpu_bundle: $bin/mpibert is not linked with LibTorch's CUDA library: build against a CUDA LibTorch" >&2; exit 1
+if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then echo "$usage" >&2; exit 2; fi
+[ $binaries = 1 ] || [ $debs = 1 ] || { echo "gpu_bundle: --no-binaries and --no-debs leave nothing to pack" >&2; exit 2; }
+out=$1
+# What the GPU image lacks to build mpibert (CMakeLists.txt's find_package/find_path of them).
+packages=(libspdlog-dev libspdlog1.10 libcli11-dev nlohmann-json3-dev libutf8proc-dev libutf8proc2)
+
+bin=${MPIBERT_BIN_DIR:-build/bin}
+programs=(mpibert mpibert-prep test_gpu)
+if [ $binaries = 1 ]; then
+  for b in "${programs[@]}"; do
+    [ -x "$bin/$b" ] || { echo "gpu_bundle: $bin/$b not found: run bash scripts/build.sh first (or --no-binaries)" >&2; exit 1; }
+  done
+  # Not `ldd | grep -q`: grep's early exit fails ldd on SIGPIPE, and the pipeline under pipefail.
+  if ! grep -q libtorch_cuda <<< "$(ldd "$bin/mpibert")"; then
+    echo "gpu_bundle: $bin/mpibert is not linked with LibTorch's CUDA library: build against a CUDA LibTorch" >&2; exit 1
+  fi
 fi
 rm -rf "$out.tmp"
-mkdir -p "$out.tmp/bin" "$out.tmp/lib"
-for b in "${binaries[@]}"; do strip -o "$out.tmp/bin/$b" "$bin/$b"; done
-# The libraries the GPU image lacks, as the binaries resolve them here (real files, by soname).
-for soname in libspdlog.so libfmt.so libutf8proc.so libhdf5_serial.so libsz.so libaec.so libprotobuf.so; do
-  path=$(ldd "$bin/mpibert" | awk -v s="$soname" 'index($1, s) == 1 { print $3 }')
-  [ -n "$path" ] || { echo "gpu_bundle: mpibert links no $soname" >&2; exit 1; }
-  cp -L "$path" "$out.tmp/lib/$(basename "$path")"
-done
+mkdir -p "$out.tmp"
+if [ $binaries = 1 ]; then
+  mkdir -p "$out.tmp/bin" "$out.tmp/lib"
+  for b in "${programs[@]}"; do strip -o "$out.tmp/bin/$b" "$bin/$b"; done
+  # The libraries the GPU image lacks, as the binaries resolve them here (real files, by soname).
+  for soname in libspdlog.so libfmt.so libutf8proc.so libhdf5_serial.so libsz.so libaec.so libprotobuf.so; do
+    path=$(ldd "$bin/mpibert" | awk -v s="$soname" 'index($1, s) == 1 { print $3 }')
+    [ -n "$path" ] || { echo "gpu_bundle: mpibert links no $soname" >&2; exit 1; }
+    cp -L "$path" "$out.tmp/lib/$(basename "$path")"
+  done
+fi
+if [ $debs = 1 ]; then
+  command -v apt-get >/dev/null || { echo "gpu_bundle: apt-get not found: the packages come from Debian 12's archive (or --no-debs)" >&2; exit 1; }
+  # apt-get download needs apt's package lists; a fresh container may have none yet.
+  if ! apt-cache show "${packages[@]}" > /dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "gpu_bundle: apt's lists lack some of ${packages[*]}: apt-get update"
+    $SUDO apt-get update -qq
+  fi
+  mkdir "$out.tmp/debs"
+  # As root, apt downloads as its _apt user, which must be able to write there.
+  chmod 777 "$out.tmp/debs"
+  (cd "$out.tmp/debs" && apt-get download -q "${packages[@]}" > ../apt-download.log 2>&1) \
+    || { cat "$out.tmp/apt-download.log" >&2; echo "gpu_bundle: apt-get download ${packages[*]} failed (above)" >&2; exit 1; }
+  rm "$out.tmp/apt-download.log"
+  # apt writes an epoch's colon as %3a: names without it travel anywhere.
+  for f in "$out.tmp"/debs/*%3a*.deb; do
+    [ -e "$f" ] || continue
+    mv "$f" "$(sed 's/_[0-9]*%3a/_/' <<< "$f")"
+  done
+  chmod 755 "$out.tmp/debs"
+  for p in "${packages[@]}"; do
+    compgen -G "$out.tmp/debs/${p}_*.deb" > /dev/null || { echo "gpu_bundle: apt-get download left no ${p}_*.deb in $out.tmp/debs" >&2; exit 1; }
+  done
+fi
 {
   echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME")"
+  if [ $binaries = 1 ]; then echo "binaries ${programs[*]}"; fi
+  if [ $debs = 1 ]; then echo "debs $(cd "$out.tmp/debs" && printf '%s ' *.deb)"; fi
 } > "$out.tmp/BUNDLE"
 rm -rf "$out"
 mv "$out.tmp" "$out"
-echo "gpu_bundle: $(du -sh "$out" | cut -f1) in $out"
+echo "gpu_bundle: $(du -sh "$out" | cut -f1) in $out$([ $debs = 1 ] && echo " (debs/ $(du -sh "$out/debs" | cut -f1))")"

@@ -27,7 +27,28 @@
 # gpu_check.cpu), so that the script itself is tested where no GPU is. `--out DIR` copies the
 # table, the throughput figures and a tarball of every log and results.json into DIR (4 files).
 # `--skip-checks` leaves out steps 2 and 3 (a second look at the speeds).
-#   scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]
+#
+# A bare machine without network (../shared/gpu-image/README.md) gets a bundle made by
+# scripts/gpu_bundle.sh, with prebuilt binaries (bin/, lib/), the Debian packages to build from
+# source (debs/), or both:
+#   --bundle DIR          runs DIR/bin's binaries (against this machine's PyTorch, through
+#                         LD_LIBRARY_PATH); a bundle without bin/ is built from source first
+#   --build               builds from source, then runs the checks on what it built: DIR/debs
+#                         unpacked with dpkg -x into BUILD/deps, mpibert configured with
+#                         CMAKE_PREFIX_PATH = python3's torch.utils.cmake_prefix_path (LibTorch's
+#                         CMake config: needs the CUDA toolkit, /usr/local/cuda there) and
+#                         BUILD/deps/usr, NCCL backend ON when nccl.h is found; mpibert,
+#                         mpibert-prep and test_gpu built, nothing downloaded; LD_LIBRARY_PATH
+#                         names BUILD/deps' libraries for the runs
+#   --build-only          the same build, then stops (after checking that the programs' libraries
+#                         resolve)
+#   --build-dir BUILD     where (default build-gpu/; kept between calls: a rebuild is incremental,
+#                         the configure fresh)
+#   --target T, -DVAR=V   with --build-only: build T alone (repeatable), pass -DVAR=V to CMake
+#                         (ctest build.gpu_bundle builds one target with -DMPIBERT_PCH=OFF)
+# Paths are relative to the repository root.
+#   scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR [--build | --build-only] [--build-dir BUILD]
+#                        [--target T]... [-DVAR=VALUE]...] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -37,11 +58,20 @@ peer=1
 checks=1
 bundle=
 out=
-usage="usage: scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]"
+build=none  # none, run (build, then the checks) or only
+build_dir="build-gpu"
+targets=()
+cmake_options=()
+usage="usage: scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR [--build | --build-only] [--build-dir BUILD] [--target T]... [-DVAR=VALUE]...] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]"
 while [ $# -gt 0 ]; do
   case $1 in
     --device) device=$2; shift 2 ;;
     --bundle) bundle=$2; shift 2 ;;
+    --build) [ "$build" = only ] || build=run; shift ;;
+    --build-only) build=only; shift ;;
+    --build-dir) build_dir=$2; shift 2 ;;
+    --target) targets+=("$2"); shift 2 ;;
+    -D?*) cmake_options+=("$1"); shift ;;
     --out) out=$2; shift 2 ;;
     --skip-throughput) throughput=0; shift ;;
     --skip-peer) peer=0; shift ;;
@@ -49,11 +79,102 @@ while [ $# -gt 0 ]; do
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
+die() { echo "gpu_check: $*" >&2; exit 1; }
 [ "$device" = cuda ] || [ "$device" = cpu ] || { echo "gpu_check: --device cuda or cpu" >&2; exit 2; }
+if [ -n "$bundle" ]; then
+  [ -d "$bundle" ] || die "bundle $bundle not found (scripts/gpu_bundle.sh DIR makes one; paths are relative to the repository root)"
+  # Without binaries the bundle is for a build here.
+  [ "$build" != none ] || [ -e "$bundle/bin/mpibert" ] || build=run
+elif [ "$build" != none ]; then
+  echo "gpu_check: --build and --build-only take their packages from --bundle DIR" >&2; exit 2
+fi
+if [ ${#targets[@]} -gt 0 ] || [ ${#cmake_options[@]} -gt 0 ]; then
+  # The checks need all three programs, built as the project builds them.
+  [ "$build" = only ] || { echo "gpu_check: --target and -D options go with --build-only" >&2; exit 2; }
+fi
+[ ${#targets[@]} -gt 0 ] || targets=(mpibert mpibert-prep test_gpu)
+
+# build_from_bundle: BUILD/deps from the bundle's packages, mpibert configured against this
+# machine's PyTorch (python3's) and its CUDA toolkit, the targets built; sets bin and
+# LD_LIBRARY_PATH for them.
+build_from_bundle() {
+  local debs=$bundle/debs prefix f libdir torch_cmake nccl_h nccl=AUTO var value
+  compgen -G "$debs/*.deb" > /dev/null || die "$debs holds no .deb$([ -e "$bundle/bin/mpibert" ] || echo ", nor $bundle/bin/mpibert"): make the bundle with scripts/gpu_bundle.sh (without --no-debs)"
+  command -v dpkg > /dev/null || die "dpkg not found: it unpacks $debs"
+  # Absolute: the paths end up in CMake's cache and LD_LIBRARY_PATH.
+  mkdir -p "$build_dir"
+  build_dir=$(cd "$build_dir" && pwd)
+  prefix=$build_dir/deps
+  rm -rf "$prefix.tmp"
+  mkdir "$prefix.tmp"
+  for f in "$debs"/*.deb; do
+    dpkg -x "$f" "$prefix.tmp" || die "dpkg -x $f failed: a damaged package (make the bundle again)"
+  done
+  rm -rf "$prefix"
+  mv "$prefix.tmp" "$prefix"
+  for f in usr/include/spdlog/spdlog.h usr/include/CLI/CLI.hpp usr/include/nlohmann/json.hpp usr/include/utf8proc.h; do
+    [ -e "$prefix/$f" ] || die "$prefix/$f missing: $debs lacks its package (scripts/gpu_bundle.sh fetches them)"
+  done
+  libdir=$(find "$prefix/usr/lib" -name 'libspdlog.so.*' -printf '%h\n' -quit 2>/dev/null)
+  if [ -z "$libdir" ] || [ ! -e "$libdir/libutf8proc.so" ]; then
+    die "$debs lacks libspdlog or libutf8proc's shared library (libspdlog1.10, libutf8proc-dev, libutf8proc2)"
+  fi
+
+  # LibTorch, cmake and ninja are python3's (the GPU image has cmake and ninja in its venv's bin/).
+  command -v python3 > /dev/null || die "python3 not found: the build takes LibTorch from python3's PyTorch"
+  torch_cmake=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2> "$build_dir/python3-torch.log") \
+    || { cat "$build_dir/python3-torch.log" >&2; die "$(command -v python3) cannot import torch (above): the build takes LibTorch from python3's PyTorch"; }
+  [ -f "$torch_cmake/Torch/TorchConfig.cmake" ] || die "$torch_cmake/Torch/TorchConfig.cmake missing: python3's torch has no LibTorch CMake config"
+  PATH=$PATH:$(python3 -c 'import os, sys; print(os.path.join(sys.prefix, "bin"))')
+  command -v cmake > /dev/null || die "cmake not found, on PATH or beside python3"
+  local generator=()
+  command -v ninja > /dev/null && generator=(-G Ninja)
+  # NCCL: the wheel's beside torch (the one LibTorch loads) first, as CMakeLists.txt looks for it.
+  nccl_h=$(python3 -c 'import importlib.util, os
+site = os.path.dirname(importlib.util.find_spec("torch").submodule_search_locations[0])
+print(next((p for p in (site + "/nvidia/nccl/include/nccl.h", "/usr/include/nccl.h", "/usr/local/cuda/include/nccl.h") if os.path.exists(p)), ""))')
+  if [ -n "$nccl_h" ]; then nccl=ON; else echo "gpu_check: no nccl.h found: the NCCL backend is left out"; fi
+  local launcher=()
+  if command -v ccache > /dev/null; then  # as scripts/build.sh
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="cmake;-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache")
+  fi
+  echo "== building from source in $build_dir: LibTorch of $(command -v python3), packages of $debs in $prefix${nccl_h:+, NCCL from $nccl_h}"
+  rm -f "$build_dir/CMakeCache.txt"  # this machine's paths, found afresh; the objects stay
+  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
+    -DCMAKE_PREFIX_PATH="$torch_cmake;$prefix/usr" -DMPIBERT_PYTHON="$(command -v python3)" \
+    -DMPIBERT_WITH_NCCL=$nccl "${cmake_options[@]}" > "$build_dir/configure.log" 2>&1 \
+    || { tail -40 "$build_dir/configure.log" >&2; die "configuring failed (above; all of it in $build_dir/configure.log)"; }
+  grep "mpibert:" "$build_dir/configure.log" || true
+  # Each package from the bundle, not from elsewhere on this machine.
+  for var in spdlog_DIR nlohmann_json_DIR CLI11_INCLUDE_DIR UTF8PROC_INCLUDE_DIR UTF8PROC_LIBRARY; do
+    value=$(sed -n "s/^$var:[A-Z]*=//p" "$build_dir/CMakeCache.txt")
+    case $value in
+      "$prefix"/*) ;;
+      *) die "CMake took $var=$value, not the bundle's (under $prefix)" ;;
+    esac
+  done
+  echo "== building ${targets[*]} (log: $build_dir/build.log)"
+  cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" > "$build_dir/build.log" 2>&1 \
+    || { tail -40 "$build_dir/build.log" >&2; die "the build failed (above; all of it in $build_dir/build.log)"; }
+  bin=$build_dir/bin
+  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  for f in "${targets[@]}"; do
+    [ -x "$bin/$f" ] || continue
+    value=$(ldd "$bin/$f" | awk '/not found/ { print $1 }' | tr '\n' ' ')
+    [ -z "$value" ] || die "$bin/$f: libraries not found: $value"
+  done
+  echo "gpu_check: built ${targets[*]} in $bin; LD_LIBRARY_PATH=$libdir for the bundle's libraries"
+}
+
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 bin=${MPIBERT_BIN_DIR:-build/bin}
-if [ -n "$bundle" ]; then
+if [ -n "$bundle" ] && [ "$build" != none ]; then
+  [ ! -f "$bundle/BUNDLE" ] || echo "== bundle: $(tr '\n' ' ' < "$bundle/BUNDLE")"
+  build_from_bundle
+  [ "$build" = run ] || exit 0
+  py=python3  # the PyTorch built against, which the GPU image's python3 is
+elif [ -n "$bundle" ]; then
   # The machine's own PyTorch holds the LibTorch (and its CUDA and NCCL libraries) to run against.
   py=python3
   bin=$bundle/bin
