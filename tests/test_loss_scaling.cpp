@@ -11,6 +11,7 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/nn/loss_scaler.hpp"
+#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "test_support.hpp"
@@ -67,7 +68,7 @@ TEST(LossScaling, ReplaysTorchsGradScalerRun) {
   adam.eps = adam_spec["eps"];
   adam.weight_decay = 0.01;
   const auto parallel = make_data_parallel(model_description(model), nullptr, adam, {});
-  LinearSchedule schedule(adam_spec["lr"], 3, 12);
+  const LrSchedule schedule(LrScheduleParams{}, adam_spec["lr"], 3, 12);
   const auto& options = fixture["scaler"];
   LossScaler scaler({options["init_scale"], options["growth_factor"], options["backoff_factor"], options["growth_interval"]});
   const int64_t overflow_step = fixture["overflow_step"];

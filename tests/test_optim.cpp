@@ -9,6 +9,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "test_support.hpp"
 
@@ -23,17 +24,6 @@ TEST(WeightDecayGroups, MatchTheFixturesDecayedNames) {
   BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")));
   for (const auto& item : model->named_parameters())
     EXPECT_EQ(uses_weight_decay(item.key()), decayed.count(item.key()) == 1) << item.key();
-}
-
-TEST(LinearSchedule, WarmsUpThenDecaysToZero) {
-  LinearSchedule schedule(5e-4, 3, 12);
-  EXPECT_EQ(schedule.lr(0), 0.0);
-  EXPECT_DOUBLE_EQ(schedule.lr(1), 5e-4 / 3);
-  EXPECT_DOUBLE_EQ(schedule.lr(3), 5e-4);
-  EXPECT_DOUBLE_EQ(schedule.lr(4), 5e-4 * 8 / 9);
-  EXPECT_EQ(schedule.lr(12), 0.0);
-  EXPECT_EQ(schedule.lr(20), 0.0);
-  EXPECT_EQ(LinearSchedule::warmup_steps_for_ratio(0.1, 1001), 101);
 }
 
 // adamw_torch_fused replays HF's (unfused) run within the same tolerances.
@@ -55,7 +45,8 @@ TEST_P(TrainingTrajectory, ReplaysTheHuggingFaceRun) {
   options.weight_decay = optimizer_spec["param_groups"][0]["weight_decay"];
   options.fused = GetParam();
   AdamW optimizer(model->named_parameters(), options);
-  LinearSchedule schedule(optimizer_spec["lr"], scheduler_spec["num_warmup_steps"], scheduler_spec["num_training_steps"]);
+  const LrSchedule schedule(LrScheduleParams{}, optimizer_spec["lr"], scheduler_spec["num_warmup_steps"],
+                            scheduler_spec["num_training_steps"]);  // HF's linear
   const double max_norm = trajectory["clip_grad_norm"]["max_norm"];
 
   SafetensorsFile batches = SafetensorsFile::open(model_fixture("trajectory_batches.safetensors"));

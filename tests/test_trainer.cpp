@@ -12,6 +12,7 @@
 #include "mpibert/data/shards.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/safetensors.hpp"
 #include "mpibert/train/tensorboard.hpp"
 #include "mpibert/train/trainer.hpp"
@@ -259,6 +260,70 @@ TEST_F(Trainer, ResumedRunEndsBitForBitWhereAnUninterruptedOneDoes) {
   };
   EXPECT_EQ(history(straight.path()), history(interrupted.path()));
   EXPECT_EQ(full["total_flos"], resumed["total_flos"]);
+}
+
+// A schedule other than linear (HF's cosine_with_restarts, 2 cycles after 2 warmup steps): every
+// step's lr is the schedule's, stopped at step 3 and resumed as in one run; results.json and the
+// checkpoints record it, and a checkpoint is not resumed with another schedule.
+TEST_F(Trainer, ScheduleContinuesAcrossAResumeAndAnotherIsRefused) {
+  test::TempDir straight, interrupted;
+  auto with_schedule = [&](const std::string& output_dir) {
+    TrainOptions o = options(output_dir);
+    o.eval_dir.clear();
+    o.max_steps = 7;
+    o.warmup_steps = 2;
+    o.logging_steps = 1;
+    o.lr_scheduler_type = LrSchedulerType::kCosineWithRestarts;
+    o.lr_scheduler_kwargs = R"({"num_cycles": 2})";
+    return o;
+  };
+  const nlohmann::ordered_json full = train(with_schedule(straight.path()));
+  TrainOptions first = with_schedule(interrupted.path());
+  first.stop_after_steps = 3;
+  train(first);
+  TrainOptions second = first;
+  second.stop_after_steps = 0;
+  second.resume = "auto";
+  EXPECT_EQ(train(second)["resumed_from_step"], 3);
+
+  const LrSchedule schedule(parse_lr_scheduler_kwargs(first.lr_scheduler_type, first.lr_scheduler_kwargs), first.learning_rate, 2,
+                            7);
+  std::vector<double> expected;
+  for (int64_t step = 0; step < 7; ++step) expected.push_back(schedule.lr(step));
+  auto logged_lrs = [](const std::string& run_dir) {
+    std::vector<double> lrs;
+    for (const std::string& line : test::read_lines(run_dir + "/metrics.jsonl"))
+      lrs.push_back(nlohmann::json::parse(line).at("learning_rate").get<double>());
+    return lrs;
+  };
+  EXPECT_EQ(logged_lrs(straight.path()), expected);
+  EXPECT_EQ(logged_lrs(interrupted.path()), expected);
+  SafetensorsFile a = SafetensorsFile::open(straight.file("checkpoint-7/model.safetensors"));
+  SafetensorsFile b = SafetensorsFile::open(interrupted.file("checkpoint-7/model.safetensors"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i)
+    EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
+
+  EXPECT_EQ(full["parameters"]["lr_scheduler_type"], "cosine_with_restarts");
+  EXPECT_EQ(full["parameters"]["lr_scheduler_kwargs"].dump(), R"({"num_cycles":2.0})");
+  const auto state = nlohmann::json::parse(read_file(interrupted.file("checkpoint-3/trainer_state.json")));
+  EXPECT_EQ(state["lr_scheduler"].dump(),
+            R"({"lr_scheduler_kwargs":{"num_cycles":2.0},"lr_scheduler_type":"cosine_with_restarts"})");
+
+  TrainOptions other = second;
+  other.max_steps = 9;
+  other.lr_scheduler_type = LrSchedulerType::kCosine;
+  other.lr_scheduler_kwargs.clear();
+  const std::string error = test::error_of([&] { train(other); });
+  EXPECT_NE(error.find(interrupted.file("checkpoint-7") +
+                       "/trainer_state.json: lr_scheduler: written by a run with --lr-scheduler-type cosine_with_restarts "
+                       "--lr-scheduler-kwargs '{\"num_cycles\":2.0}', this run asks for --lr-scheduler-type cosine "
+                       "--lr-scheduler-kwargs '{\"num_cycles\":0.5}'"),
+            std::string::npos)
+      << error;
+  other.lr_scheduler_type = LrSchedulerType::kCosineWithRestarts;
+  other.lr_scheduler_kwargs = R"({"num_cycles": 2.0})";  // the same schedule, spelled otherwise: it continues
+  EXPECT_EQ(train(other)["global_step"], 9);
 }
 
 // The user's path: a config file for `mpibert train`, then `mpibert eval` and `mpibert predict` on

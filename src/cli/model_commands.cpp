@@ -149,6 +149,14 @@ void ModelCommands::Impl::add_train_options() {
   add(o.weight_decay)->capture_default_str();
   add(o.warmup_steps)->capture_default_str();
   add(o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
+  using Lr = LrSchedulerType;
+  add.choice(o.lr_scheduler_type,
+             {Lr::kLinear, Lr::kCosine, Lr::kCosineWithRestarts, Lr::kPolynomial, Lr::kConstant, Lr::kConstantWithWarmup,
+              Lr::kInverseSqrt, Lr::kCosineWithMinLr, Lr::kCosineWarmupWithMinLr, Lr::kWarmupStableDecay},
+             "HF's lr_scheduler_type (not reduce_lr_on_plateau or greedy, which follow an evaluation metric)");
+  add(o.lr_scheduler_kwargs,
+      "HF's lr_scheduler_kwargs: the schedule's parameters as a JSON object, e.g. '{\"num_cycles\": 2}' for "
+      "cosine_with_restarts (docs/training.md)");
   add(o.max_grad_norm)->capture_default_str();
   add.choice(o.optim, {Optim::kAdamWTorch, Optim::kAdamWTorchFused},
              "as HF's --optim: adamw_torch_fused (torch's fused kernel, one pass per tensor: HF's default with "

@@ -71,20 +71,6 @@ void AdamW::zero_grad() {
   if (!grads.empty()) at::_foreach_zero_(grads);
 }
 
-LinearSchedule::LinearSchedule(double peak_lr, int64_t warmup_steps, int64_t total_steps)
-    : peak_lr_(peak_lr), warmup_steps_(warmup_steps), total_steps_(total_steps) {}
-
-int64_t LinearSchedule::warmup_steps_for_ratio(double ratio, int64_t total_steps) {
-  return static_cast<int64_t>(std::ceil(ratio * static_cast<double>(total_steps)));
-}
-
-double LinearSchedule::lr(int64_t completed_steps) const {
-  const auto step = static_cast<double>(completed_steps);
-  if (completed_steps < warmup_steps_) return peak_lr_ * (step / static_cast<double>(std::max<int64_t>(1, warmup_steps_)));
-  return peak_lr_ * std::max(0.0, static_cast<double>(total_steps_ - completed_steps) /
-                                      static_cast<double>(std::max<int64_t>(1, total_steps_ - warmup_steps_)));
-}
-
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;

@@ -1,5 +1,6 @@
 #include "mpibert/train/option_checks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -63,7 +64,31 @@ std::string earlier_run_files(const std::string& output_dir) {
   return list;
 }
 
+// "--lr-scheduler-kwargs: GIVEN: KEY: problem".
+InputError refused_kwargs(const TrainOptions& o, const LrScheduleError& error) {
+  return InputError(describe(train_option_field(o, o.lr_scheduler_kwargs).flag(), o.lr_scheduler_kwargs, error.what()));
+}
+
+// The schedule as --lr-scheduler-type and --lr-scheduler-kwargs give it, with any warmup and
+// length: what HF's function refuses given the learning rate (polynomial's lr_end) is refused now.
+void check_lr_schedule(const TrainOptions& o) {
+  const LrScheduleParams params = lr_schedule_params(o);
+  try {
+    [[maybe_unused]] const LrSchedule schedule(params, o.learning_rate, o.warmup_steps, std::max<int64_t>(1, o.max_steps));
+  } catch (const LrScheduleError& error) {
+    throw refused_kwargs(o, error);
+  }
+}
+
 }  // namespace
+
+LrScheduleParams lr_schedule_params(const TrainOptions& o) {
+  try {
+    return parse_lr_scheduler_kwargs(o.lr_scheduler_type, o.lr_scheduler_kwargs);
+  } catch (const LrScheduleError& error) {
+    throw refused_kwargs(o, error);
+  }
+}
 
 void check_train_options(const TrainOptions& o) {
   const RangeChecks check{o};
@@ -76,6 +101,7 @@ void check_train_options(const TrainOptions& o) {
   check.within(o.weight_decay, 0, 1);
   check.at_least(o.warmup_steps, 0);
   check.within(o.warmup_ratio, 0, 1);
+  check_lr_schedule(o);
   check.at_least(o.max_grad_norm, 0);  // 0: no clipping, as HF's max_grad_norm
   check.at_least(o.logging_steps, 0);
   check.at_least(o.save_steps, 0);

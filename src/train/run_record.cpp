@@ -62,8 +62,8 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
 }
 
 // results.json's parameters: the options for_each_train_option marks so, in its order, each with
-// what it resolved to (the warmup steps, the device), and what follows from them after the option
-// it follows from.
+// what it resolved to (the warmup steps, the schedule's kwargs, the device), and what follows from
+// them after the option it follows from.
 nlohmann::ordered_json Trainer::parameters() const {
   const std::map<std::string, std::pair<const char*, nlohmann::ordered_json>> follows = {
       {"gradient_accumulation", {"global_batch_size", options_.batch_size * options_.gradient_accumulation * ranks_.size}},
@@ -76,6 +76,7 @@ nlohmann::ordered_json Trainer::parameters() const {
     if (next != follows.end()) parameters[next->second.first] = next->second.second;
   });
   parameters["warmup_steps"] = warmup_;
+  parameters["lr_scheduler_kwargs"] = schedule_->resolved_kwargs();
   parameters["device"] = device_.str();
   parameters["model"] = model_holder_.value()->config().to_json();
   return parameters;

@@ -16,6 +16,7 @@
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/nn/loss_scaler.hpp"
+#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
@@ -85,7 +86,7 @@ class Trainer {
   double flops_per_token_ = 0;          // HF's estimate: 6 x the parameters outside the embedding tables
   TrainingFlops training_flops_;        // on real tokens, for MFU
   double matmul_flops_per_second_ = 0;  // measured at setup, summed over the ranks
-  std::optional<LinearSchedule> schedule_;
+  std::optional<LrSchedule> schedule_;
   std::optional<LossScaler> loss_scaler_;  // fp16
   std::shared_ptr<Communicator> communicator_;
   std::unique_ptr<DataParallel> parallel_;

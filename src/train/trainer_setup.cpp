@@ -153,9 +153,12 @@ void Trainer::set_up_schedule() {
   total_steps_ = options_.max_steps > 0
                      ? options_.max_steps
                      : static_cast<int64_t>(std::ceil(options_.epochs * static_cast<double>(steps_per_epoch_)));
-  warmup_ = options_.warmup_steps > 0 ? options_.warmup_steps
-                                      : LinearSchedule::warmup_steps_for_ratio(options_.warmup_ratio, total_steps_);
-  schedule_.emplace(options_.learning_rate, warmup_, total_steps_);
+  warmup_ = resolve_warmup_steps(options_.warmup_steps, options_.warmup_ratio, total_steps_);
+  const LrScheduleParams params = lr_schedule_params(options_);  // checked with the options
+  schedule_.emplace(params, options_.learning_rate, warmup_, total_steps_);
+  const nlohmann::ordered_json schedule = lr_scheduler_record(params);
+  if (!resume_from_.empty()) agree_on(ranks_, [&] { check_checkpoint_schedule(resume_from_, state_, schedule); });
+  state_.lr_scheduler = schedule;
 }
 
 void Trainer::set_up_parallel() {

@@ -119,6 +119,14 @@ std::string checksums_json(const std::vector<std::string>& parts_of_ranks) {
          "\n";
 }
 
+// trainer_state.json's lr_scheduler, as lr_scheduler_record writes it.
+nlohmann::ordered_json read_lr_scheduler(const JsonFields& fields, const JsonFields::Json& json) {
+  const auto& record = fields.get(json, "", "lr_scheduler", JsonFields::Json::value_t::object);
+  fields.text(record, "lr_scheduler", "lr_scheduler_type");
+  fields.get(record, "lr_scheduler", "lr_scheduler_kwargs", JsonFields::Json::value_t::object);
+  return record;
+}
+
 }  // namespace
 
 nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
@@ -135,12 +143,31 @@ nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
                                  {"best_step", best_step},
                                  {"total_flos", total_flos},
                                  {"model_config", config.to_json()},
+                                 {"lr_scheduler", lr_scheduler},
                                  {"loss_history", history}};
   if (loss_scaler) {
     json["skipped_steps"] = skipped_steps;
     json["loss_scaler"] = {{"scale", loss_scaler->scale}, {"growth_tracker", loss_scaler->growth_tracker}};
   }
   return json;
+}
+
+nlohmann::ordered_json lr_scheduler_record(const LrScheduleParams& params) {
+  return {{"lr_scheduler_type", lr_scheduler_type_name(params.type)}, {"lr_scheduler_kwargs", params.to_json()}};
+}
+
+void check_checkpoint_schedule(const std::string& dir, const TrainerState& saved, const nlohmann::ordered_json& schedule) {
+  const nlohmann::ordered_json written = saved.lr_scheduler.is_null() ? lr_scheduler_record(LrScheduleParams{})
+                                                                      : saved.lr_scheduler;
+  if (written == schedule) return;
+  auto spelled = [](const nlohmann::ordered_json& record) {
+    return "--lr-scheduler-type " + record["lr_scheduler_type"].get<std::string>() + " --lr-scheduler-kwargs '" +
+           record["lr_scheduler_kwargs"].dump() + "'";
+  };
+  throw InputError(describe(dir + "/trainer_state.json", "lr_scheduler",
+                            "written by a run with " + spelled(written) + ", this run asks for " + spelled(schedule) +
+                                ": resume with the schedule the run started with (the lr is a function of the step; "
+                                "another one from here on is not the run that would have continued)"));
 }
 
 std::string checkpoint_dir(const std::string& output_dir, int64_t step) {

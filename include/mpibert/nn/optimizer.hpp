@@ -1,7 +1,7 @@
 // The optimizer as HF Trainer configures it: torch.optim.AdamW with decoupled weight decay on
-// every parameter except biases and LayerNorm weights, a linear warmup/decay schedule, and
-// clipping by global gradient norm. The arithmetic follows torch 1.13 op for op, so a replay of
-// an HF run gives the same numbers.
+// every parameter except biases and LayerNorm weights, and clipping by global gradient norm (the
+// learning-rate schedules: lr_schedule.hpp). The arithmetic follows torch 1.13 op for op, so a
+// replay of an HF run gives the same numbers.
 #pragma once
 
 #include <torch/torch.h>
@@ -53,20 +53,6 @@ class AdamW {
   std::vector<Slot> slots_;
   int64_t steps_taken_ = 0;
   void fused_step(double lr);
-};
-
-// transformers.get_linear_schedule_with_warmup: the multiplier of the peak lr after `step`
-// completed steps rises linearly over `warmup_steps`, then falls linearly to 0 at `total_steps`.
-class LinearSchedule {
- public:
-  LinearSchedule(double peak_lr, int64_t warmup_steps, int64_t total_steps);
-  // HF Trainer's warmup_ratio: ceil(ratio * total_steps) warmup steps.
-  static int64_t warmup_steps_for_ratio(double ratio, int64_t total_steps);
-  double lr(int64_t completed_steps) const;
-
- private:
-  double peak_lr_;
-  int64_t warmup_steps_, total_steps_;
 };
 
 // torch.nn.utils.clip_grad_norm_ (L2): returns the pre-clip global norm (the L2 norm of the

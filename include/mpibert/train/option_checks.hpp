@@ -15,6 +15,11 @@ namespace mpibert {
 
 void check_train_options(const TrainOptions& options);
 
+// The schedule's parameters from --lr-scheduler-type and --lr-scheduler-kwargs
+// (parse_lr_scheduler_kwargs); an InputError naming --lr-scheduler-kwargs, what was given and the
+// key at fault when they do not work.
+LrScheduleParams lr_schedule_params(const TrainOptions& options);
+
 // The run directory holds an earlier run (its metrics.jsonl, results.json or a checkpoint), and
 // this one neither continues it (--resume) nor replaces it (--overwrite-output-dir): an
 // InputError saying which (and one for asking both). Mixing two runs' records in one directory

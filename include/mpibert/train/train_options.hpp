@@ -18,6 +18,7 @@
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
 #include "mpibert/model/bert_qa.hpp"
+#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/device.hpp"
@@ -44,6 +45,10 @@ struct TrainOptions {
   double learning_rate = 3e-5, weight_decay = 0.0;  // HF Trainer's default decay is 0
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;  // used when warmup_steps is 0
+  // HF's --lr_scheduler_type and --lr_scheduler_kwargs (lr_schedule.hpp): the kwargs as the JSON
+  // object given ("" is {}), checked by option_checks.hpp.
+  LrSchedulerType lr_scheduler_type = LrSchedulerType::kLinear;
+  std::string lr_scheduler_kwargs;
   double max_grad_norm = 1.0;
   // HF's --optim (optimizer.hpp). transformers' default is the fused kernel with torch >= 2.8, the
   // LibTorch mpibert builds against.
@@ -109,6 +114,9 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"weight_decay", "--weight-decay,--weight_decay", kBoth}, o.weight_decay);
   visit(F{"warmup_steps", "--warmup-steps", kBoth}, o.warmup_steps);  // results.json: the steps it resolved to
   visit(F{"warmup_ratio", "--warmup-ratio,--warmup_ratio", kDescribed}, o.warmup_ratio);
+  visit(F{"lr_scheduler_type", "--lr-scheduler-type,--lr_scheduler_type", kBoth}, o.lr_scheduler_type);
+  // results.json: the kwargs as the schedule ran with them, HF's defaults and what follows from the steps filled in
+  visit(F{"lr_scheduler_kwargs", "--lr-scheduler-kwargs,--lr_scheduler_kwargs", kBoth}, o.lr_scheduler_kwargs);
   visit(F{"max_grad_norm", "--max-grad-norm", kBoth}, o.max_grad_norm);
   visit(F{"optim", "--optim", kBoth}, o.optim);
   visit(F{"seed", "--seed", kBoth}, o.seed);
@@ -152,6 +160,7 @@ TrainOptionField train_option_field(const TrainOptions& options, const Field& fi
 
 // The spelling of an option's enum value, on the command line and in the records.
 inline const char* option_name(Optim value) { return optim_name(value); }
+inline const char* option_name(LrSchedulerType value) { return lr_scheduler_type_name(value); }
 inline const char* option_name(Padding value) { return padding_name(value); }
 inline const char* option_name(DeviceChoice value) { return device_choice_name(value); }
 inline const char* option_name(CommChoice value) { return comm_choice_name(value); }

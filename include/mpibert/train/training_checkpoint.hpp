@@ -16,6 +16,7 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/nn/loss_scaler.hpp"
+#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/safetensors.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 
@@ -33,12 +34,26 @@ struct TrainerState {
   int world_size = 1;
   int64_t per_rank_batch_size = 0;  // 0: not recorded (older checkpoints)
   std::string strategy = "ddp";
+  // The schedule the run trained with (lr_scheduler_record); null: not recorded (older
+  // checkpoints, all written with HF's linear schedule).
+  nlohmann::ordered_json lr_scheduler;
   // fp16: the steps skipped for a non-finite gradient (the schedule stood still), and the scaler.
   int64_t skipped_steps = 0;
   std::optional<LossScalerState> loss_scaler;
 
   nlohmann::ordered_json to_json(const BertConfig& config) const;
 };
+
+// What a checkpoint records of the learning-rate schedule, and a resume compares:
+// {"lr_scheduler_type": HF's name, "lr_scheduler_kwargs": its kwargs with HF's defaults}.
+nlohmann::ordered_json lr_scheduler_record(const LrScheduleParams& params);
+
+// Refuses (InputError naming DIR/trainer_state.json) to resume a checkpoint written with another
+// schedule than `schedule` (lr_scheduler_record's): the lr is a function of the step, and another
+// function from the checkpoint on is not the run that would have continued. A checkpoint that
+// records none was written with the linear schedule. The peak lr and the steps may change, as
+// --max-steps may.
+void check_checkpoint_schedule(const std::string& dir, const TrainerState& saved, const nlohmann::ordered_json& schedule);
 
 // What the checkpoint must match: the run's ranks, strategy, model shape and vocab.
 struct CheckpointContext {
