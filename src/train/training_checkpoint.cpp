@@ -304,6 +304,7 @@ TrainerState read_trainer_state(const std::string& path) {
   if (json.contains("best_metric") && !json["best_metric"].is_null()) state.best_metric = fields.number(json, "", "best_metric");
   if (json.contains("best_step")) state.best_step = fields.integer<int64_t>(json, "", "best_step", -1);
   if (json.contains("total_flos")) state.total_flos = fields.number(json, "", "total_flos");
+  if (json.contains("lr_scheduler") && !json["lr_scheduler"].is_null()) state.lr_scheduler = read_lr_scheduler(fields, json);
   if (json.contains("loss_scaler")) {
     const auto& scaler = fields.get(json, "", "loss_scaler", JsonFields::Json::value_t::object);
     LossScalerState loss_scaler;
