@@ -14,6 +14,8 @@
 #        stopped at step 3 on 2 ranks, resumed on 3 against 1 rank on the GPU (resharding)
 #        a run stopped at step 3 and resumed        against the uninterrupted run: bit for bit
 #          with --deterministic, and the difference without it
+#        fp16 on 2 ranks, one rank's gradient made   against 1 rank with the same skip (2e-3), and
+#          non-finite at step 2                      every run skipped that step (CPU: 7.9e-4, 2026-11-26)
 #        a rank failing after backward, a rank killed (SIGKILL): the job ends, promptly
 #        evaluation on the GPU                      against the CPU's, same checkpoint (EM/F1)
 #        a profiled run                             its trace holds our phases (and GPU kernels)
@@ -274,7 +276,7 @@ train() {
 }
 
 # Runs of an earlier check in GPU_CHECK_DIR are replaced, not continued.
-rm -rf "$work"/{cpu-1,dev-*,straight*,resumed*,reshard,fail,killed,eval-*,profile}
+rm -rf "$work"/{cpu-1,dev-*,straight*,resumed*,reshard,fp16-*,fail,killed,eval-*,profile}
 logged cpu-1 "$bin/mpibert" train --model-config "$work/config.json" "${common[@]}" $(per_rank 1) --device cpu --output-dir "$work/cpu-1" || true
 train dev-1 1 auto
 compare "1 rank on $device" cpu-1 dev-1 "$([ "$device" = cuda ] && echo 1e-4 || echo 0)" "1 rank on the CPU"
@@ -309,6 +311,15 @@ done
 compare "checkpoint at step 3, resumed (--deterministic)" straight-deterministic resumed-deterministic 0 "the run never stopped"
 compare "checkpoint at step 3, resumed" straight-default resumed-default "$([ "$device" = cuda ] && echo 1e-5 || echo 0)" \
   "the run never stopped"
+
+# fp16 with loss scaling: a non-finite gradient on one rank at step 2 (MPIBERT_INJECT_OVERFLOW)
+# makes every rank skip that step; 2 ranks end where 1 rank with the same skip does.
+MPIBERT_INJECT_OVERFLOW=0:1 train fp16-1 1 auto --fp16
+MPIBERT_INJECT_OVERFLOW=1:1 train "fp16-2-$multi" 2 "$multi" --strategy zero1 --fp16
+compare "fp16, 2 ranks zero1, $multi, step 2 skipped" fp16-1 "fp16-2-$multi" 2e-3 "1 rank fp16 on $device"
+skipped=$("$py" -c 'import json, sys; print(" ".join(str(json.load(open(f)).get("skipped_steps")) for f in sys.argv[1:]))' \
+  "$work/fp16-1/results.json" "$work/fp16-2-$multi/results.json" 2>/dev/null || echo "no results")
+record "fp16: steps skipped, 1 rank and 2" "one each" "$skipped" "1 1" "$([ "$skipped" = "1 1" ] && echo 1 || echo 0)"
 
 # A rank that fails after its backward (its gradients' collectives in flight), and one killed with
 # SIGKILL: the job must end promptly, not wait in a collective.
