@@ -176,6 +176,7 @@ void ModelCommands::Impl::add_train_options() {
              "the MPI backend's algorithm: ring (mpibert's ring for buffers from 256 KiB, the bandwidth optimum) or "
              "openmpi (Open MPI's tuned choice)");
   add(o.model.autocast_bf16, "bf16 autocast, float32 master weights");
+  add(o.model.gradient_checkpointing, "recompute each encoder layer in backward instead of keeping its activations (HF's)");
   add(o.tf32, "TF32 for float32 matrix products on GPUs");
   add(o.deterministic, "deterministic algorithms (bit-exact reruns and resumes on GPUs; slower)");
   add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");

@@ -127,6 +127,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"comm", "--comm", kDescribed}, o.comm);
   visit(F{"mpi_collectives", "--mpi-collectives", kDescribed}, o.mpi_collectives);
   visit(F{"bf16", "--bf16", kBoth}, o.model.autocast_bf16);
+  visit(F{"gradient_checkpointing", "--gradient-checkpointing,--gradient_checkpointing", kBoth}, o.model.gradient_checkpointing);
   visit(F{"tf32", "--tf32", kBoth}, o.tf32);
   visit(F{"deterministic", "--deterministic", kBoth}, o.deterministic);
   visit(F{"profile", "--profile", kCommandLineOnly}, o.profile);
