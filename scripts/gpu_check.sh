@@ -15,7 +15,7 @@
 #        a run stopped at step 3 and resumed        against the uninterrupted run: bit for bit
 #          with --deterministic, and the difference without it
 #        fp16 on 2 ranks, one rank's gradient made   against 1 rank with the same skip (2e-3), and
-#          non-finite at step 2                      every run skipped that step (CPU: 7.9e-4, 2026-11-26)
+#          non-finite at step 2                      every run skipped that step
 #        a rank failing after backward, a rank killed (SIGKILL): the job ends, promptly
 #        evaluation on the GPU                      against the CPU's, same checkpoint (EM/F1)
 #        a profiled run                             its trace holds our phases (and GPU kernels)

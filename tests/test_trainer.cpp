@@ -326,6 +326,36 @@ TEST_F(Trainer, ScheduleContinuesAcrossAResumeAndAnotherIsRefused) {
   EXPECT_EQ(train(other)["global_step"], 9);
 }
 
+// --gradient-checkpointing reaches the model (the trace shows the checkpointed layers' backward) and
+// results.json's parameters, and the run ends bit for bit where the run without it ends (dropout on:
+// the recompute replays the masks), loss history and weights alike.
+TEST_F(Trainer, GradientCheckpointingEndsWhereTheRunWithoutItEnds) {
+  test::TempDir plain_run, checkpointed_run;
+  TrainOptions plain = options(plain_run.path()), checkpointed = options(checkpointed_run.path());
+  for (TrainOptions* o : {&plain, &checkpointed}) {
+    o->eval_dir.clear();
+    o->max_steps = 3;
+    o->logging_steps = 1;
+  }
+  checkpointed.model.gradient_checkpointing = true;
+  checkpointed.profile = true;
+  checkpointed.profile_schedule = {1, 1, 1};
+  const nlohmann::ordered_json without = train(plain), with = train(checkpointed);
+  EXPECT_EQ(without["parameters"]["gradient_checkpointing"], false);
+  EXPECT_EQ(with["parameters"]["gradient_checkpointing"], true);
+  const std::string trace = read_file(checkpointed_run.file("profile/trace.json"));
+  EXPECT_NE(trace.find("CheckpointedLayer"), std::string::npos);
+
+  const std::string name = "checkpoint-3/";
+  EXPECT_EQ(nlohmann::json::parse(read_file(plain_run.file(name + "trainer_state.json")))["loss_history"],
+            nlohmann::json::parse(read_file(checkpointed_run.file(name + "trainer_state.json")))["loss_history"]);
+  SafetensorsFile a = SafetensorsFile::open(plain_run.file(name + "model.safetensors"));
+  SafetensorsFile b = SafetensorsFile::open(checkpointed_run.file(name + "model.safetensors"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i)
+    EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
+}
+
 // The user's path: a config file for `mpibert train`, then `mpibert eval` and `mpibert predict` on
 // the checkpoint it wrote.
 TEST_F(Trainer, CommandLineTrainEvalAndPredict) {

@@ -185,6 +185,7 @@ void ModelCommands::Impl::add_train_options() {
              "openmpi (Open MPI's tuned choice)");
   add(o.model.autocast_bf16, "bf16 autocast, float32 master weights");
   add(o.model.autocast_fp16, "fp16 autocast with dynamic loss scaling (GPUs without bf16), float32 master weights");
+  add(o.model.gradient_checkpointing, "recompute each encoder layer in backward instead of keeping its activations (HF's)");
   add(o.tf32, "TF32 for float32 matrix products on GPUs");
   add(o.deterministic, "deterministic algorithms (bit-exact reruns and resumes on GPUs; slower)");
   add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");

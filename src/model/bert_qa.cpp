@@ -10,6 +10,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/model/activation_checkpoint.hpp"
 #include "mpibert/nn/host_to_device.hpp"
 
 namespace mpibert {
@@ -297,15 +298,23 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const TokenLay
   return output(intermediate(attended), attended);
 }
 
-BertEncoderImpl::BertEncoderImpl(const BertConfig& config, const ModelOptions& options) {
+BertEncoderImpl::BertEncoderImpl(const BertConfig& config, const ModelOptions& options)
+    : checkpointing_(options.gradient_checkpointing) {
   layer = register_module("layer", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) layer->push_back(BertLayer(config, options));
 }
 
 torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks) {
   size_t unit = 1;
-  for (const auto& module : *layer)
-    hidden = run_unit(hooks, unit++, [&] { return module->as<BertLayerImpl>()->forward(hidden, layout); });
+  for (const auto& module : *layer) {
+    hidden = run_unit(hooks, unit++, [&] {
+      if (!checkpointing_) return module->as<BertLayerImpl>()->forward(hidden, layout);
+      // Inside the unit's hooks: fsdp's gather at the start of the unit's backward (a hook on the
+      // output's gradient) comes before the recompute. The layer and layout are kept for backward.
+      return checkpointed([module, layout](const torch::Tensor& x) { return module->as<BertLayerImpl>()->forward(x, layout); },
+                          hidden);
+    });
+  }
   return hidden;
 }
 

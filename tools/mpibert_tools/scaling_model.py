@@ -1044,13 +1044,28 @@ def saved_weight_bytes(config, precision):
     return 0, 4 * 3 * h * h, 0
 
 
-def saved_bytes_per_unit(config, precision, seq_len):
+def checkpointed_layer_bytes_per_token(config):
+    """With activation checkpointing (--gradient-checkpointing) a layer keeps only its input: the
+    previous LayerNorm's output, float32 under autocast too (4h)."""
+    return 4 * config["hidden_size"]
+
+
+def saved_bytes_per_unit(config, precision, seq_len, checkpointing=False):
     """Per unit in forward order: (bytes per sample of `seq_len` tokens, fixed bytes) that the
-    forward saves for the backward: activations, and weight copies."""
+    forward saves for the backward: activations, and weight copies (none for checkpointed layers)."""
     emb, layer, head = activation_bytes_per_token(config, precision)
     w_emb, w_layer, w_head = saved_weight_bytes(config, precision)
     layers = config["num_hidden_layers"]
-    return [(emb * seq_len, w_emb)] + [(layer * seq_len, w_layer)] * layers + [(head * seq_len, w_head)]
+    kept = (checkpointed_layer_bytes_per_token(config) * seq_len, 0) if checkpointing else (layer * seq_len, w_layer)
+    return [(emb * seq_len, w_emb)] + [kept] * layers + [(head * seq_len, w_head)]
+
+
+def recomputed_layer(config, precision, seq_len, checkpointing):
+    """What a checkpointed layer's recompute holds during its backward, one layer at a time: its
+    whole activations and weight copies, (per sample, fixed) bytes; (0, 0) without checkpointing."""
+    if not checkpointing:
+        return 0, 0
+    return activation_bytes_per_token(config, precision)[1] * seq_len, saved_weight_bytes(config, precision)[1]
 
 
 def units_in_flight(units, u):
@@ -1062,23 +1077,27 @@ def units_in_flight(units, u):
     return 2 * whole[u] + before + after
 
 
-def peak_candidates(config, strategy, p, seq_len, precision):
+def peak_candidates(config, strategy, p, seq_len, precision, checkpointing=False):
     """The moments that can hold the most, as (activation bytes per sample, model state, saved weight
     copies, fsdp's units in flight): the start of backward (model state as then held, everything the
-    forward saved); fsdp: each position u of the backward (units 0..u still saved, units in flight)."""
+    forward saved); fsdp: each position u of the backward (units 0..u still saved, units in flight).
+    With checkpointing, one layer's recompute on top of what the layers kept (counted at every
+    moment: the last layer's comes right after the QA head's backward)."""
     state = sum(state_bytes_per_param(strategy, p)) * total_params(config)
-    saved = saved_bytes_per_unit(config, precision, seq_len)
+    saved = saved_bytes_per_unit(config, precision, seq_len, checkpointing)
+    extra_a, extra_c = recomputed_layer(config, precision, seq_len, checkpointing)
     if strategy != "fsdp":
         flight = ZERO2_BUCKETS_IN_FLIGHT if strategy == "zero2" and p > 1 else 0
-        return [(sum(a for a, _ in saved), state, sum(c for _, c in saved), flight)]
+        return [(sum(a for a, _ in saved) + extra_a, state, sum(c for _, c in saved) + extra_c, flight)]
     units = build_units(parameter_list(config), p, config["num_hidden_layers"])
-    return [(sum(a for a, _ in saved[:u + 1]), state, sum(c for _, c in saved[:u + 1]), units_in_flight(units, u))
-            for u in range(len(units))]
+    return [(sum(a for a, _ in saved[:u + 1]) + extra_a, state, sum(c for _, c in saved[:u + 1]) + extra_c,
+             units_in_flight(units, u)) for u in range(len(units))]
 
 
-def peak_memory_terms(config, strategy, p, seq_len, precision):
+def peak_memory_terms(config, strategy, p, seq_len, precision, checkpointing=False):
     """The most a rank holds during a step is max over terms of (per_sample x batch + fixed) bytes."""
-    return [(a, state + copies + flight) for a, state, copies, flight in peak_candidates(config, strategy, p, seq_len, precision)]
+    return [(a, state + copies + flight)
+            for a, state, copies, flight in peak_candidates(config, strategy, p, seq_len, precision, checkpointing)]
 
 
 def peak_breakdown(config, strategy, p, batch, seq_len, precision):
@@ -1457,6 +1476,27 @@ def memory_inputs(raw, configs):
     return lines
 
 
+def checkpointing_table(raw, configs, path):
+    """The largest batch per GPU at 64 GPUs without and with activation checkpointing, and the
+    activations a sample keeps (MB) each way."""
+    devices, reserved, fragmentation = load_devices(raw, path)
+    seq_len = raw["workload"]["seq_len"]
+    lines = ["| model | precision | activations per sample (MB): without / with | GPU | " +
+             " | ".join(f"{s}: without / with" for s in STRATEGIES) + " |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in STRATEGIES) + " |"]
+    for model, config in configs.items():
+        for precision in PRECISIONS:
+            per_sample = [sum(a for a, _ in saved_bytes_per_unit(config, precision, seq_len, c)) +
+                          recomputed_layer(config, precision, seq_len, c)[0] for c in (False, True)]
+            for device in devices:
+                usable = usable_memory_bytes(device.memory_gib, reserved, fragmentation)
+                cells = [" / ".join(str(largest_batch(peak_memory_terms(config, s, 64, seq_len, precision, c), usable))
+                                    for c in (False, True)) for s in STRATEGIES]
+                lines.append(f"| {model} | {precision} | {per_sample[0] / 1e6:.1f} / {per_sample[1] / 1e6:.1f} | "
+                             f"{device.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def largest_batch_tables(table, configs, devices):
     lines = []
     ps = [p for p in PROJECTION_GPUS if p >= 8]
@@ -1507,6 +1547,11 @@ def memory_section(raw, configs, batches, path):
     usable = ", ".join(f"{d.name} {usable_memory_bytes(d.memory_gib, reserved, fragmentation) / GIB:.1f} GiB" for d in devices)
     lines = [MEMORY_NOTES, f"Memory available to the allocator: {usable}.", ""]
     lines += memory_inputs(raw, configs) + [""] + largest_batch_tables(batches, configs, devices)
+    lines += ["### With activation checkpointing (--gradient-checkpointing), 64 GPUs", "",
+              "Each layer keeps its input alone (float32, 4 x hidden bytes per token); during backward one layer "
+              "at a time is recomputed and holds its whole activations and weight copies again. Largest batch per "
+              "GPU without / with:", ""]
+    lines += checkpointing_table(raw, configs, path) + [""]
     lines += ["### Throughput at each strategy's largest batch (bf16)", "",
               "Compute per sample as at batch 32 (ASSUMPTION: samples/s of one GPU does not depend on the batch); "
               "communication per step does not grow with the batch, so a larger batch hides more of it.", ""]

@@ -461,6 +461,22 @@ class Memory(unittest.TestCase):
         self.assertLess(batches["zero1"], batches["zero2"])
         self.assertLess(batches["zero2"], batches["fsdp"])
 
+    def test_checkpointing_keeps_layer_inputs_and_one_layer(self):
+        # Per sample: embeddings + L layer inputs (4h per token) + QA head + one recomputed layer; the
+        # weight copies of one layer instead of every layer's.
+        h, layers, seq = 768, 12, 384
+        emb, layer, head = m.activation_bytes_per_token(self.base, "bf16")
+        (plain_a, plain_c), = m.peak_memory_terms(self.base, "ddp", 8, seq, "bf16")
+        (ckpt_a, ckpt_c), = m.peak_memory_terms(self.base, "ddp", 8, seq, "bf16", checkpointing=True)
+        self.assertEqual(plain_a, (emb + layers * layer + head) * seq)
+        self.assertEqual(ckpt_a, (emb + layers * 4 * h + head + layer) * seq)
+        self.assertEqual(plain_c - ckpt_c, (layers - 1) * m.saved_weight_bytes(self.base, "bf16")[1])
+        usable = m.usable_memory_bytes(40, 2, 0.1)
+        for strategy in m.STRATEGIES:
+            without = m.largest_batch(m.peak_memory_terms(self.base, strategy, 64, seq, "bf16"), usable)
+            with_ = m.largest_batch(m.peak_memory_terms(self.base, strategy, 64, seq, "bf16", True), usable)
+            self.assertGreater(with_, 2 * without, strategy)
+
     def test_nothing_fits(self):
         terms = m.peak_memory_terms(self.base, "ddp", 8, 384, "fp32")
         self.assertEqual(m.largest_batch(terms, 1e9), 0)

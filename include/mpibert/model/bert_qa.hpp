@@ -65,6 +65,9 @@ struct ModelOptions {
   }
   // One [hidden, 3*hidden] matmul for Q, K and V instead of three (same parameters, HF names).
   bool fused_qkv = true;
+  // Each encoder layer's activations recomputed in backward instead of kept (HF's
+  // gradient_checkpointing; model/activation_checkpoint.hpp): the same gradients, a forward more.
+  bool gradient_checkpointing = false;
 };
 
 // Features packed end to end with no padding anywhere (data/batching.hpp makes them from shards).
@@ -159,6 +162,9 @@ class BertEncoderImpl : public torch::nn::Module {
   // Each layer is unit 1 + its index for `hooks`.
   torch::Tensor forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks = nullptr);
   torch::nn::ModuleList layer{nullptr};
+
+ private:
+  bool checkpointing_;
 };
 TORCH_MODULE(BertEncoder);
 

@@ -136,6 +136,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"mpi_collectives", "--mpi-collectives", kDescribed}, o.mpi_collectives);
   visit(F{"bf16", "--bf16", kBoth}, o.model.autocast_bf16);
   visit(F{"fp16", "--fp16", kBoth}, o.model.autocast_fp16);
+  visit(F{"gradient_checkpointing", "--gradient-checkpointing,--gradient_checkpointing", kBoth}, o.model.gradient_checkpointing);
   visit(F{"tf32", "--tf32", kBoth}, o.tf32);
   visit(F{"deterministic", "--deterministic", kBoth}, o.deterministic);
   visit(F{"profile", "--profile", kCommandLineOnly}, o.profile);
