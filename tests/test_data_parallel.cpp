@@ -397,6 +397,19 @@ class ThroughForward : public DataParallelTest {};
 // zero1 and fsdp end where ddp does within round-off (the norm is summed from slices in float64;
 // fsdp's units are reduced per micro-batch, in other groups), the parameters whose true gradient is
 // zero left out (test::has_zero_true_gradient).
+// Three steps of two micro-batches each, clipping at 0.5, lr 1e-2.
+void three_accumulated_steps(BertForQuestionAnswering& model, DataParallel& parallel, int rank) {
+  for (int step = 0; step < 3; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      parallel.begin_backward(micro == 1);
+      qa_backward(model, rank, 2 * step + micro);
+    }
+    parallel.finish_gradient_sync();
+    parallel.clip_and_step(0.5, 1e-2);
+    parallel.zero_grad();
+  }
+}
+
 TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
   std::map<Strategy, std::vector<torch::Tensor>> results;
   for (Strategy strategy : {Strategy::kDdp, Strategy::kZero1, GetParam()}) {
@@ -404,15 +417,7 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
     BertForQuestionAnswering model = make_model(tiny_config(), 1);
     const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options_for(strategy, 40, 100));
     parallel->broadcast_parameters();
-    for (int step = 0; step < 3; ++step) {
-      for (int micro = 0; micro < 2; ++micro) {
-        parallel->begin_backward(micro == 1);
-        qa_backward(model, rank_, 2 * step + micro);
-      }
-      parallel->finish_gradient_sync();
-      parallel->clip_and_step(0.5, 1e-2);
-      parallel->zero_grad();
-    }
+    three_accumulated_steps(model, *parallel, rank_);
     results[strategy] = whole_parameters(model, *parallel);
   }
   const auto names = make_model(tiny_config(), 1)->named_parameters().keys();
@@ -447,15 +452,7 @@ TEST_P(WithCheckpointing, EndsBitForBitWhereTheRunWithoutEnds) {
     const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options_for(GetParam(), 40, 100));
     parallel->broadcast_parameters();
     const int64_t before = communicator_->stats().operations;
-    for (int step = 0; step < 3; ++step) {
-      for (int micro = 0; micro < 2; ++micro) {
-        parallel->begin_backward(micro == 1);
-        qa_backward(model, rank_, 2 * step + micro);
-      }
-      parallel->finish_gradient_sync();
-      parallel->clip_and_step(0.5, 1e-2);
-      parallel->zero_grad();
-    }
+    three_accumulated_steps(model, *parallel, rank_);
     operations = communicator_->stats().operations - before;
     return whole_parameters(model, *parallel);
   };
