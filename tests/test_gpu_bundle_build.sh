@@ -24,7 +24,6 @@ fi
 python=${MPIBERT_PYTHON:-$root/.venv/bin/python3}
 [ -x "$python" ] || fail "$python missing (bash scripts/install-deps.sh)"
 build=${MPIBERT_GPU_BUNDLE_BUILD:-$root/build/gpu-bundle-build}
-packages=(libspdlog-dev libspdlog1.10 libcli11-dev nlohmann-json3-dev libutf8proc-dev libutf8proc2)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/mpibert-gpu-bundle.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -32,6 +31,10 @@ start=$(date +%s)
 
 # Made where there is network, as on the machine that prepares a GPU machine's bundle.
 bash "$root/scripts/gpu_bundle.sh" --no-binaries "$work/bundle"
+# The packages to hide: those the bundle brings.
+packages=()
+for f in "$work/bundle"/debs/*.deb; do packages+=("$(dpkg-deb -f "$f" Package)"); done
+[ ${#packages[@]} -gt 0 ] || fail "$work/bundle/debs holds no package"
 # The stand-in for /opt/torch/.venv/bin/python3: python3 on PATH, at a path of its own.
 mkdir -p "$work/opt-torch/bin"
 printf '#!/bin/sh\nexec "%s" "$@"\n' "$python" > "$work/opt-torch/bin/python3"
