@@ -1,12 +1,13 @@
 #include "mpibert/model/activation_checkpoint.hpp"
 
-#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "mpibert/nn/autocast_scope.hpp"
 
 namespace mpibert {
 namespace {
@@ -42,54 +43,19 @@ class RngStates {
 };
 
 // Autocast's switch and dtype for the forward's device type and for the CPU, as they were.
-struct AutocastState {
-  struct OfDevice {
-    c10::DeviceType type;
-    bool enabled;
-    at::ScalarType dtype;
-  };
-  std::vector<OfDevice> devices;
-
-  explicit AutocastState(c10::DeviceType type) {
-    for (c10::DeviceType t : {type, c10::DeviceType::CPU}) {
-      devices.push_back({t, at::autocast::is_autocast_enabled(t), at::autocast::get_autocast_dtype(t)});
-      if (t == c10::DeviceType::CPU) break;
-    }
-  }
-};
-
-// Puts an AutocastState in force for its lifetime, as torch.autocast's context does: nested, its
-// cast cache cleared on leaving (cached casts of weights must not outlive the step that updates them).
-class AutocastReplay {
- public:
-  explicit AutocastReplay(const AutocastState& wanted) : previous_(wanted.devices.front().type) {
-    apply(wanted);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastReplay() {
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    apply(previous_);
-  }
-  AutocastReplay(const AutocastReplay&) = delete;
-  AutocastReplay& operator=(const AutocastReplay&) = delete;
-
- private:
-  static void apply(const AutocastState& state) {
-    for (const auto& device : state.devices) {
-      at::autocast::set_autocast_enabled(device.type, device.enabled);
-      at::autocast::set_autocast_dtype(device.type, device.dtype);
-    }
-  }
-  AutocastState previous_;
-};
+std::vector<AutocastSetting> autocast_settings(c10::DeviceType type) {
+  std::vector<AutocastSetting> settings = {AutocastSetting::current(type)};
+  if (type != c10::DeviceType::CPU) settings.push_back(AutocastSetting::current(c10::DeviceType::CPU));
+  return settings;
+}
 
 // What backward needs to run the forward again as it ran.
 struct Replay : torch::CustomClassHolder {
   Replay(std::function<torch::Tensor(const torch::Tensor&)> body, const torch::Device& device)
-      : body(std::move(body)), rng(device), autocast(device.type()) {}
+      : body(std::move(body)), rng(device), autocast(autocast_settings(device.type())) {}
   std::function<torch::Tensor(const torch::Tensor&)> body;
   RngStates rng;  // taken before the forward drew anything
-  AutocastState autocast;
+  std::vector<AutocastSetting> autocast;
 };
 
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
@@ -124,7 +90,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       ~RestoreRng() { states.restore(); }
     } restore{current};
     replay.rng.restore();
-    const AutocastReplay autocast(replay.autocast);
+    const AutocastScope autocast(replay.autocast);
     const torch::AutoGradMode grad(true);
     return replay.body(input);
   }

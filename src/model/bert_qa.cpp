@@ -11,6 +11,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/activation_checkpoint.hpp"
+#include "mpibert/nn/autocast_scope.hpp"
 #include "mpibert/nn/host_to_device.hpp"
 
 namespace mpibert {
@@ -132,31 +133,15 @@ nlohmann::ordered_json BertConfig::to_json() const {
 
 namespace {
 
-// Enables autocast to `dtype` (none: nothing) for one device type for its lifetime, restoring the
-// previous state.
+// Autocast to `dtype` for one device type for its lifetime; nothing without a dtype.
 class AutocastGuard {
  public:
-  AutocastGuard(std::optional<at::ScalarType> dtype, c10::DeviceType device) : enabled_(dtype.has_value()), device_(device) {
-    if (!enabled_) return;
-    was_enabled_ = at::autocast::is_autocast_enabled(device_);
-    previous_dtype_ = at::autocast::get_autocast_dtype(device_);
-    at::autocast::set_autocast_enabled(device_, true);
-    at::autocast::set_autocast_dtype(device_, *dtype);
-    at::autocast::increment_nesting();
+  AutocastGuard(std::optional<at::ScalarType> dtype, c10::DeviceType device) {
+    if (dtype) scope_.emplace(std::vector<AutocastSetting>{{device, true, *dtype}});
   }
-  ~AutocastGuard() {
-    if (!enabled_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(device_, was_enabled_);
-    at::autocast::set_autocast_dtype(device_, previous_dtype_);
-  }
-  AutocastGuard(const AutocastGuard&) = delete;
-  AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
-  bool enabled_, was_enabled_ = false;
-  c10::DeviceType device_;
-  at::ScalarType previous_dtype_ = at::kBFloat16;
+  std::optional<AutocastScope> scope_;
 };
 
 // Runs `body`, unit `unit` of the model, between `hooks` (when there are any).
