@@ -1,7 +1,6 @@
 // ddp: every bucket averaged across ranks by an all-reduce as soon as backward completes it;
 // every rank keeps the whole AdamW state and applies the same update. The token embedding, with
 // EmbeddingExchange::kSparse, goes by the rows the step touched (data_parallel.hpp).
-#include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/torch.h>
@@ -20,11 +19,10 @@ namespace {
 struct SparseEmbedding {
   size_t parameter = 0, group = 0;  // the embedding and its group of its own
   int64_t vocab = 0;
-  torch::Tensor touched;                     // rows this step's micro-batches embedded: 1, else 0 ([vocab] float)
-  std::shared_ptr<Work> touched_reduction;   // the mask summed over ranks, in flight from the last backward's start
-  torch::Tensor touched_on_host;             // NCCL: the summed mask, being copied to pinned memory
-  std::optional<c10::Event> touched_copied;  // ... until this event
-  torch::Tensor rows, values;                // the union's row indices and their gradients, being all-reduced
+  torch::Tensor touched;                    // rows this step's micro-batches embedded: 1, else 0 ([vocab] float)
+  std::shared_ptr<Work> touched_reduction;  // the mask summed over ranks, in flight from the last backward's start
+  std::optional<HostCopy> touched_on_host;  // NCCL: the summed mask, on its way to the host
+  torch::Tensor rows, values;               // the union's row indices and their gradients, being all-reduced
   int64_t exchanges = 0, dense_fallbacks = 0, rows_exchanged = 0;
 };
 
@@ -126,22 +124,17 @@ class Ddp final : public GroupedParallel {
     const c10::Stream side = device_guard.getStreamFromGlobalPool(device);
     const c10::StreamGuard on_side(side);
     s.touched_reduction->wait();  // orders the current (side) stream after the all-reduce
-    s.touched_on_host = torch::empty(s.touched.sizes(), s.touched.options().device(torch::kCPU).pinned_memory(true));
-    s.touched_on_host.copy_(s.touched, /*non_blocking=*/true);
-    s.touched_copied.emplace(device.type());
-    s.touched_copied->record(side);
+    s.touched_on_host.emplace(s.touched);
   }
 
   // The rows of the union, ascending, on the embedding's device.
   static torch::Tensor touched_rows(SparseEmbedding& s) {
-    if (!s.touched_copied) {
+    if (!s.touched_on_host) {
       s.touched_reduction->wait();
       return s.touched.nonzero().flatten();  // on the CPU, or MPI with GPUs: the host waits for it here
     }
-    s.touched_copied->synchronize();
-    s.touched_copied.reset();
-    torch::Tensor rows = host_to_device(s.touched_on_host.nonzero().flatten(), s.touched.device());
-    s.touched_on_host = torch::Tensor();
+    torch::Tensor rows = host_to_device(s.touched_on_host->get().nonzero().flatten(), s.touched.device());
+    s.touched_on_host.reset();
     return rows;
   }
 

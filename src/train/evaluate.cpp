@@ -1,14 +1,12 @@
 #include "mpibert/train/evaluate.hpp"
 
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
-
 #include <optional>
 #include <sstream>
 
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/squad_metrics.hpp"
+#include "mpibert/nn/host_to_device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/train/batch_forward.hpp"
 
@@ -31,41 +29,26 @@ SquadDataset gold_answers(const FeatureStore& store, const std::string& origin) 
   return data;
 }
 
-// One batch's logits on their way to the host. On a GPU the copies go to pinned memory, queued
-// behind the forward, and are read once `copied` is reached: meanwhile the host makes and queues
-// the next batch, so the GPU does not wait for the host between batches.
+// One batch's logits on their way to the host (pinned, non-blocking on a GPU): meanwhile the host
+// makes and queues the next batch, so the GPU does not wait for the host between batches.
 struct LogitsInFlight {
   std::vector<int64_t> indices;
-  torch::Tensor starts, ends;  // [rows, length] float32 on the host
-  std::optional<c10::Event> copied;
+  HostCopy starts, ends;  // [rows, length] float32
+  LogitsInFlight(const QAOutput& out, std::vector<int64_t> rows)
+      : indices(std::move(rows)),
+        starts(out.start_logits.to(torch::kFloat).contiguous()),
+        ends(out.end_logits.to(torch::kFloat).contiguous()) {}
 };
 
-LogitsInFlight copy_to_host(const QAOutput& out, std::vector<int64_t> indices) {
-  LogitsInFlight flight{std::move(indices), {}, {}, std::nullopt};
-  const torch::Device device = out.start_logits.device();
-  auto to_host = [&](const torch::Tensor& logits) {
-    const torch::Tensor float_logits = logits.to(torch::kFloat).contiguous();
-    if (!device.is_cuda()) return float_logits;
-    torch::Tensor host = torch::empty(float_logits.sizes(), float_logits.options().device(torch::kCPU).pinned_memory(true));
-    return host.copy_(float_logits, /*non_blocking=*/true);
-  };
-  flight.starts = to_host(out.start_logits);
-  flight.ends = to_host(out.end_logits);
-  if (device.is_cuda()) {
-    flight.copied.emplace(device.type());
-    flight.copied->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
-  }
-  return flight;
-}
-
 // Each feature's logits over its own tokens.
-void store_rows(LogitsInFlight& flight, const FeatureStore& store, FeatureLogits& logits) {
-  if (flight.copied) flight.copied->synchronize();
+void store_rows(const LogitsInFlight& flight, const FeatureStore& store, FeatureLogits& logits) {
+  const torch::Tensor& starts = flight.starts.get();
+  const torch::Tensor& ends = flight.ends.get();
   for (size_t row = 0; row < flight.indices.size(); ++row) {
     const auto feature = static_cast<size_t>(flight.indices[row]);
     const auto length = static_cast<size_t>(store.feature(flight.indices[row]).length);
-    const float* s = flight.starts[static_cast<int64_t>(row)].data_ptr<float>();
-    const float* e = flight.ends[static_cast<int64_t>(row)].data_ptr<float>();
+    const float* s = starts[static_cast<int64_t>(row)].data_ptr<float>();
+    const float* e = ends[static_cast<int64_t>(row)].data_ptr<float>();
     logits.start[feature].assign(s, s + length);
     logits.end[feature].assign(e, e + length);
   }
@@ -94,7 +77,7 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
     const Batch batch = make_batch(store, indices, padding, /*pad_token_id=*/0, /*pin_memory=*/device.is_cuda()).to(device);
     QAOutput out = forward_batch(model, batch);
     loss_sum += out.loss.to(torch::kDouble) * static_cast<double>(indices.size());
-    LogitsInFlight current = copy_to_host(out, std::move(indices));
+    LogitsInFlight current(out, std::move(indices));
     if (previous) store_rows(*previous, store, logits);
     previous = std::move(current);
   }
