@@ -11,6 +11,8 @@
 #        2 and 3 ranks x {ddp, zero1, zero2, fsdp}  against 1 rank on the GPU, over NCCL (ranks
 #          sharing the one GPU: NCCL's test mode MPIBERT_NCCL_SHARED_GPU, placement.hpp)
 #        2 ranks x {ddp, zero2}, MPI on the GPU     against 1 rank on the GPU
+#        2 ranks x {ddp, zero2, fsdp}, gradients    against 1 rank on the GPU (1e-3: bf16's rounding)
+#          reduced in bf16 (fsdp: gathers in bf16)
 #        stopped at step 3 on 2 ranks, resumed on 3 against 1 rank on the GPU (resharding)
 #        a run stopped at step 3 and resumed        against the uninterrupted run: bit for bit
 #          with --deterministic, and the difference without it
@@ -293,6 +295,15 @@ if [ "$device" = cuda ]; then
     compare "2 ranks $strategy, mpi" dev-1 "dev-2-$strategy-mpi" 1e-5 "1 rank on $device"
   done
 fi
+# Reduced-precision communication: gradients reduced in bf16 (fsdp: its parameters gathered in bf16
+# too) on 2 ranks end near 1 rank's fp32 run; the limit is bf16's rounding of the averaged gradient.
+for strategy in ddp zero2 fsdp; do
+  gathers=fp32
+  [ "$strategy" = fsdp ] && gathers=bf16
+  train "dev-2-$strategy-$multi-bf16" 2 "$multi" --strategy "$strategy" --reduce-dtype bf16 --param-dtype "$gathers"
+  compare "2 ranks $strategy, $multi, gradients in bf16, gathers in $gathers" dev-1 "dev-2-$strategy-$multi-bf16" 1e-3 \
+    "1 rank on $device"
+done
 # Resharding: zero1's optimizer state saved by 2 ranks, loaded by 3.
 train reshard 2 "$multi" --strategy zero1 --stop-after-steps 3
 train reshard 3 "$multi" --strategy zero1 --resume auto

@@ -390,6 +390,62 @@ TEST_P(CommTest, FloatSumsAreTheSameBitsOnEveryRank) {
   for (int r = 0; r < size_; ++r) EXPECT_TRUE(torch::equal(everyone.narrow(0, r * numel, numel), tensor)) << "rank " << r;
 }
 
+// bf16, which MPI cannot add: the backend's own sum. Small integers are exact in bf16 (up to 256),
+// so every collective gives the closed form exactly, on both algorithms, for sizes up to a ring's
+// worth of blocks.
+TEST_P(CommTest, Bf16CollectivesOfSmallIntegersAreExact) {
+  const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16);
+  const int64_t n = size_, triangle = n * (n + 1) / 2;
+  for (const int64_t k : {int64_t{1}, int64_t{1000}, kThreeMegabytes / 2 / size_}) {
+    SCOPED_TRACE(::testing::Message() << "blocks of " << k);
+    const auto pattern = torch::arange(n * k, torch::kLong).remainder(7);
+    auto tensor = (pattern * (rank_ + 1)).to(torch::kBFloat16);
+    comm_->all_reduce_sum(tensor, "bf16 all-reduce test")->wait();
+    EXPECT_EQ(difference(tensor, (pattern * triangle).to(torch::kBFloat16)), "");
+
+    auto input = (pattern * (rank_ + 1)).to(torch::kBFloat16), output = torch::full({k}, -7, bf16);
+    comm_->reduce_scatter_sum(input, output, "bf16 reduce-scatter test")->wait();
+    EXPECT_EQ(difference(output, (pattern.narrow(0, rank_ * k, k) * triangle).to(torch::kBFloat16)), "");
+
+    auto gathered = torch::full({n * k}, -7, bf16);
+    comm_->all_gather(pattern.narrow(0, rank_ * k, k).to(torch::kBFloat16), gathered, "bf16 all-gather test")->wait();
+    EXPECT_EQ(difference(gathered, pattern.to(torch::kBFloat16)), "");
+  }
+}
+
+// Each bf16 addition rounds once, to nearest even, as NCCL's: on 2 ranks the sum is exactly torch's
+// bf16 a + b; on 3 it is, element by element, one of the three orders of addition, and the same
+// bits on every rank.
+TEST_P(CommTest, Bf16SumsRoundOncePerAdditionAndAgreeOnEveryRank) {
+  const int64_t numel = 6 * 16667;  // blocks of whole elements on 1, 2 and 3 ranks
+  auto inputs_of = [&](int rank) {
+    torch::manual_seed(200 + rank);
+    return torch::randn({numel}, torch::kFloat).to(torch::kBFloat16);
+  };
+  std::vector<torch::Tensor> b;
+  for (int r = 0; r < size_; ++r) b.push_back(inputs_of(r));
+  std::vector<torch::Tensor> candidates = {b[0]};
+  if (size_ == 2) candidates = {b[0] + b[1]};
+  if (size_ == 3) candidates = {(b[0] + b[1]) + b[2], (b[0] + b[2]) + b[1], (b[1] + b[2]) + b[0]};
+  auto matches_one = [&](const torch::Tensor& got, int64_t begin) {
+    torch::Tensor matched = torch::zeros({got.numel()}, torch::kBool);
+    for (const auto& candidate : candidates) matched |= got.eq(candidate.narrow(0, begin, got.numel()));
+    return matched.all().item<bool>();
+  };
+
+  torch::Tensor sum = inputs_of(rank_);
+  comm_->all_reduce_sum(sum, "bf16 all-reduce")->wait();
+  EXPECT_TRUE(matches_one(sum, 0));
+  torch::Tensor everyone = torch::empty({size_ * numel}, torch::kBFloat16);
+  comm_->all_gather(sum, everyone, "gather of the bf16 sums")->wait();
+  for (int r = 0; r < size_; ++r) EXPECT_TRUE(torch::equal(everyone.narrow(0, r * numel, numel), sum)) << "rank " << r;
+
+  const int64_t block = numel / size_;
+  torch::Tensor mine = torch::empty({block}, torch::kBFloat16);
+  comm_->reduce_scatter_sum(inputs_of(rank_), mine, "bf16 reduce-scatter")->wait();
+  EXPECT_TRUE(matches_one(mine, rank_ * block));
+}
+
 INSTANTIATE_TEST_SUITE_P(Algorithms, CommTest, ::testing::Values(MpiAlgorithm::kOpenMpi, MpiAlgorithm::kRing),
                          [](const auto& info) { return std::string(mpi_algorithm_name(info.param)); });
 

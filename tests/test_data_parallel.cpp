@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -653,6 +654,150 @@ TEST_F(DataParallelTest, Zero2AllocatesABucketsFullGradientWhenItsFirstGradientA
     parallel->zero_grad();
     EXPECT_EQ(parallel->memory_footprint().gradients, slice_bytes) << "after step " << step;
   }
+}
+
+// ---- Reduced-precision communication (DataParallelOptions::reduce_dtype, param_dtype) ----
+
+class ReducedPrecision : public DataParallelTest {
+ protected:
+  // This rank's batch.
+  torch::Tensor ids() const {
+    torch::manual_seed(static_cast<uint64_t>(4000 + rank_));
+    return torch::randint(1, tiny_config().vocab_size, {2, 6}, torch::kLong);
+  }
+  // Every rank's gradient of the plain model (no DataParallel) on its batch, flat in registration
+  // order, each divided by the ranks in fp32 as DataParallel divides it.
+  std::vector<torch::Tensor> shares_of(BertForQuestionAnswering& plain) const {
+    qa_backward_on(plain, ids(), rank_, 0);
+    std::vector<torch::Tensor> grads;
+    for (const auto& parameter : plain->parameters()) grads.push_back(parameter.grad().reshape({-1}));
+    const torch::Tensor mine = torch::cat(grads);
+    torch::Tensor everyone = torch::empty({size_ * mine.numel()}, torch::kFloat);
+    communicator_->all_gather(mine, everyone, "all-gather of the plain gradients")->wait();
+    std::vector<torch::Tensor> shares;
+    for (int r = 0; r < size_; ++r) shares.push_back(everyone.narrow(0, r * mine.numel(), mine.numel()) / size_);
+    return shares;
+  }
+  // Where each parameter sits in the flat gradients.
+  static std::map<std::string, std::pair<int64_t, int64_t>> flat_ranges(BertForQuestionAnswering& model) {
+    std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+    int64_t offset = 0;
+    for (const auto& item : model->named_parameters()) {
+      ranges[item.key()] = {offset, item.value().numel()};
+      offset += item.value().numel();
+    }
+    return ranges;
+  }
+  // Each gradient this rank's optimizer holds (a whole parameter's, or a slice "NAME[B:E]" of it)
+  // equals, element by element, one of `candidates` (flat, registration order), and 0 if it
+  // matched none.
+  static int64_t mismatches(DataParallel& parallel, const std::map<std::string, std::pair<int64_t, int64_t>>& ranges,
+                            const std::vector<torch::Tensor>& candidates) {
+    const std::vector<NamedTensor> state = parallel.optimizer_state();  // exp_avg, exp_avg_sq per slot, then adam_steps
+    const std::vector<torch::Tensor> held = parallel.held_gradients();
+    EXPECT_EQ(held.size() * 2 + 1, state.size());
+    int64_t wrong = 0;
+    for (size_t i = 0; i < held.size() && 2 * i < state.size(); ++i) {
+      std::string name = state[2 * i].name.substr(std::string("exp_avg.").size());
+      int64_t begin = 0, end = -1;
+      if (const size_t bracket = name.find('['); bracket != std::string::npos) {
+        std::sscanf(name.c_str() + bracket, "[%ld:%ld]", &begin, &end);
+        name.resize(bracket);
+      }
+      const auto [offset, numel] = ranges.at(name);
+      if (end < 0) end = numel;
+      const torch::Tensor got = held[i].reshape({-1});
+      torch::Tensor matched = torch::zeros_like(got, torch::kBool);
+      for (const auto& candidate : candidates) matched |= got.eq(candidate.narrow(0, offset + begin, end - begin));
+      wrong += (~matched).sum().item<int64_t>();
+    }
+    return wrong;
+  }
+};
+
+// The sums of `shares` that bf16 with one rounding per addition can give: one per order of
+// addition up to commutativity (up to 3 ranks), widened to fp32.
+std::vector<torch::Tensor> bf16_sums(const std::vector<torch::Tensor>& shares) {
+  std::vector<torch::Tensor> b;
+  for (const auto& share : shares) b.push_back(share.to(torch::kBFloat16));
+  std::vector<torch::Tensor> sums;
+  if (b.size() == 1) sums = {b[0]};
+  if (b.size() == 2) sums = {b[0] + b[1]};
+  if (b.size() == 3) sums = {(b[0] + b[1]) + b[2], (b[0] + b[2]) + b[1], (b[1] + b[2]) + b[0]};
+  for (auto& sum : sums) sum = sum.to(torch::kFloat);
+  return sums;
+}
+
+// With reduce_dtype bf16 each rank's share crosses the network rounded to bf16 and is summed with
+// one rounding per addition; what lands (ddp: every .grad; the others: this rank's slices) is one of
+// those sums exactly, widened to fp32, and the reductions moved half the bytes of fp32's (ddp's mask
+// of touched rows, a count, stays fp32).
+TEST_P(ReducedPrecision, GradientsAreSummedInBf16AndLandInFp32) {
+  BertForQuestionAnswering plain = make_model(tiny_config(), 1);
+  const std::vector<torch::Tensor> candidates = bf16_sums(shares_of(plain));
+  std::map<CommDtype, SyncStats> stats;
+  for (CommDtype dtype : {CommDtype::kFp32, CommDtype::kBf16}) {
+    BertForQuestionAnswering model = make_model(tiny_config(), 1);
+    DataParallelOptions options = options_for(GetParam(), 40, 100);
+    options.reduce_dtype = dtype;
+    const auto parallel = parallel_for(model, communicator_, {}, options);
+    parallel->broadcast_parameters();
+    parallel->note_input_ids(ids());
+    parallel->begin_backward(true);
+    qa_backward_on(model, ids(), rank_, 0);
+    parallel->finish_gradient_sync();
+    stats[dtype] = parallel->sync_stats();
+    if (dtype == CommDtype::kBf16) {
+      EXPECT_EQ(mismatches(*parallel, flat_ranges(model), candidates), 0);
+      if (GetParam() == Strategy::kDdp) {
+        std::vector<double> sums;
+        for (const auto& parameter : model->parameters()) sums.push_back(parameter.grad().sum(torch::kDouble).item<double>());
+        EXPECT_TRUE(same_on_every_rank(sums, "gradient sums"));
+      }
+    }
+  }
+  const int64_t mask = stats[CommDtype::kBf16].sparse_exchanges > 0 ? tiny_config().vocab_size * 4 : 0;
+  EXPECT_EQ(stats[CommDtype::kFp32].bytes - mask, 2 * (stats[CommDtype::kBf16].bytes - mask));
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, ReducedPrecision,
+                         ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp),
+                         strategy_test_name);
+
+// fsdp with param_dtype bf16: forward and backward compute with the weights rounded to bf16 (the
+// gathers moved bf16), so the gradients are those of the rounded weights; the slices keep the
+// fp32 weights, which evaluation and saving (WholeParameters) gather exactly.
+TEST_F(ReducedPrecision, FsdpComputesWithBf16GatheredWeightsAndKeepsFp32Masters) {
+  BertForQuestionAnswering rounded = make_model(tiny_config(), 1);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : rounded->parameters()) parameter.copy_(parameter.to(torch::kBFloat16).to(torch::kFloat));
+  }
+  const std::vector<torch::Tensor> shares = shares_of(rounded);
+  torch::Tensor average = torch::zeros_like(shares[0]);
+  for (const auto& share : shares) average += share;  // the fp32 sum in rank order: exact on up to 2 ranks
+
+  BertForQuestionAnswering model = make_model(tiny_config(), 1), initial = make_model(tiny_config(), 1);
+  DataParallelOptions options = options_for(Strategy::kFsdp);
+  options.param_dtype = CommDtype::kBf16;
+  const auto parallel = parallel_for(model, communicator_, {}, options);
+  parallel->broadcast_parameters();
+  parallel->begin_backward(true);
+  qa_backward_on(model, ids(), rank_, 0);
+  parallel->finish_gradient_sync();
+  if (size_ <= 2) {
+    EXPECT_EQ(mismatches(*parallel, flat_ranges(model), {average}), 0);
+  }
+  for (const auto& gradient : parallel->held_gradients()) EXPECT_TRUE(gradient.isfinite().all().item<bool>());
+
+  const auto whole = whole_parameters(model, *parallel);
+  const auto exact = initial->parameters();
+  int64_t not_bf16 = 0;
+  for (size_t k = 0; k < whole.size(); ++k) {
+    EXPECT_TRUE(torch::equal(whole[k], exact[k])) << "parameter " << k << " was not gathered exactly";
+    not_bf16 += whole[k].ne(whole[k].to(torch::kBFloat16).to(torch::kFloat)).sum().item<int64_t>();
+  }
+  EXPECT_GT(not_bf16, 0) << "the weights must not all be bf16 values, or rounding would go unseen";
 }
 
 }  // namespace

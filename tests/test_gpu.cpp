@@ -320,6 +320,63 @@ TEST(GpuSparseEmbedding, RowsGoThroughNcclAndBackAsTheDenseExchangeDoes) {
   EXPECT_LT(sparse_stats.bytes, dense_stats.bytes);
 }
 
+// Reduced-precision communication through NCCL (one rank): with reduce_dtype bf16 every strategy's
+// gradient is the plain model's rounded to bf16 (one rank's sum is its own share) and half of
+// fp32's bytes went; fsdp with param_dtype bf16 gets the gradient of the weights rounded to bf16.
+TEST(GpuReducedPrecision, Bf16ReductionsAndGathersGoThroughNccl) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device device(torch::kCUDA, 0);
+  BertConfig config = BertConfig::preset("small");
+  config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
+  std::shared_ptr<Communicator> communicator = make_communicator(DeviceChoice::kCuda, CommChoice::kAuto, device, 60);
+  const auto on = torch::TensorOptions().dtype(torch::kLong).device(device);
+  auto gradients_with = [&](Strategy strategy, CommDtype reduce, CommDtype gather, bool round_weights, int64_t* bytes) {
+    torch::manual_seed(5);
+    BertForQuestionAnswering model(config);
+    model->init_weights();
+    if (round_weights) {
+      torch::NoGradGuard no_grad;
+      for (auto& parameter : model->parameters()) parameter.copy_(parameter.to(torch::kBFloat16).to(torch::kFloat));
+    }
+    model->to(device);
+    DataParallelOptions options;
+    options.strategy = strategy;
+    options.reduce_dtype = reduce;
+    options.param_dtype = gather;
+    const auto parallel = make_data_parallel(model_description(model), communicator, {}, options);
+    parallel->broadcast_parameters();
+    torch::manual_seed(6);
+    const torch::Tensor ids = torch::randint(1, 500, {4, 32}, on);
+    parallel->note_input_ids(ids);
+    parallel->begin_backward(true);
+    model
+        ->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
+                  torch::randint(0, 32, {4}, on))
+        .loss.backward();
+    parallel->finish_gradient_sync();
+    *bytes = parallel->sync_stats().bytes;
+    std::vector<torch::Tensor> grads;
+    for (const auto& gradient : parallel->held_gradients()) grads.push_back(gradient.cpu());
+    return grads;
+  };
+  for (Strategy strategy : {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp}) {
+    SCOPED_TRACE(strategy_name(strategy));
+    int64_t fp32_bytes = 0, bf16_bytes = 0;
+    const auto fp32 = gradients_with(strategy, CommDtype::kFp32, CommDtype::kFp32, false, &fp32_bytes);
+    const auto bf16 = gradients_with(strategy, CommDtype::kBf16, CommDtype::kFp32, false, &bf16_bytes);
+    ASSERT_EQ(fp32.size(), bf16.size());
+    for (size_t k = 0; k < fp32.size(); ++k)
+      EXPECT_TRUE(torch::equal(bf16[k], fp32[k].to(torch::kBFloat16).to(torch::kFloat))) << "gradient " << k;
+    const int64_t mask = strategy == Strategy::kDdp ? config.vocab_size * 4 : 0;  // ddp's touched rows, a count in fp32
+    EXPECT_EQ(fp32_bytes - mask, 2 * (bf16_bytes - mask));
+  }
+  int64_t bytes = 0;
+  const auto rounded = gradients_with(Strategy::kFsdp, CommDtype::kFp32, CommDtype::kFp32, true, &bytes);
+  const auto gathered = gradients_with(Strategy::kFsdp, CommDtype::kFp32, CommDtype::kBf16, false, &bytes);
+  ASSERT_EQ(rounded.size(), gathered.size());
+  for (size_t k = 0; k < rounded.size(); ++k) EXPECT_TRUE(torch::equal(gathered[k], rounded[k])) << "gradient " << k;
+}
+
 // adamw_torch_fused on CUDA (its step count a device tensor) updates as on the CPU.
 TEST(GpuFusedAdamW, FollowsTheCpu) {
   SKIP_WITHOUT_GPU();

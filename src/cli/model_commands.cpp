@@ -199,6 +199,12 @@ void ModelCommands::Impl::add_train_options() {
   add.choice(o.parallel.embedding_exchange, {EmbeddingExchange::kSparse, EmbeddingExchange::kDense},
              "ddp: sparse (only the word-embedding rows a step touched are all-reduced; dense when their union "
              "passes 90% of the vocabulary) or dense (the whole embedding, as DDP)");
+  add.choice(o.parallel.reduce_dtype, {CommDtype::kFp32, CommDtype::kBf16},
+             "the dtype gradients are all-reduced / reduce-scattered in: fp32, or bf16 (half the bytes; accumulated and "
+             "applied in fp32; FSDP2's reduce_dtype, DeepSpeed's communication_data_type)");
+  add.choice(o.parallel.param_dtype, {CommDtype::kFp32, CommDtype::kBf16},
+             "fsdp: the dtype parameters are all-gathered in for forward and backward: fp32, or bf16 (half the bytes; "
+             "FSDP2's param_dtype); evaluation and saving gather fp32");
   c->add_option("--collective-timeout", collective_timeout,
                 "seconds a rank waits in a collective before it reports what it waited for and ends the job (0: forever)")
       ->capture_default_str();

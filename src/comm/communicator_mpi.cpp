@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "communicator_front.hpp"
+#include "mpi_bfloat16.hpp"
 #include "mpi_ring.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
@@ -31,10 +32,14 @@ MPI_Datatype mpi_type(const torch::Tensor& tensor) {
     case torch::kLong: return MPI_INT64_T;
     case torch::kInt: return MPI_INT32_T;
     case torch::kByte: return MPI_UINT8_T;
+    case torch::kBFloat16: return mpi_bfloat16();
     default:
       throw std::invalid_argument(std::string("MPI communicator: unsupported dtype ") + c10::toString(tensor.scalar_type()));
   }
 }
+
+// MPI_SUM, except for bf16, which MPI cannot add.
+MPI_Op sum_op(const torch::Tensor& tensor) { return tensor.scalar_type() == torch::kBFloat16 ? mpi_bfloat16_sum() : MPI_SUM; }
 
 int count_of(const torch::Tensor& tensor) {
   if (tensor.numel() > INT32_MAX) throw std::invalid_argument("MPI communicator: tensor too large for one MPI call");
@@ -145,12 +150,13 @@ class MpiCommunicator : public CommunicatorFront {
     const int count = count_of(tensor);
     Staging staging;
     torch::Tensor data = staging.output(tensor);
+    const MPI_Op sum = sum_op(tensor);
     const bool ring = use_ring(tensor);
-    return enqueue(what, std::move(staging), [this, data, type, count, ring] {
+    return enqueue(what, std::move(staging), [this, data, type, sum, count, ring] {
       if (ring)
         ring_all_reduce_sum(data.data_ptr(), count, type, comm_);
       else
-        MPI_Allreduce(MPI_IN_PLACE, data.data_ptr(), count, type, MPI_SUM, comm_);
+        MPI_Allreduce(MPI_IN_PLACE, data.data_ptr(), count, type, sum, comm_);
     });
   }
 
@@ -160,12 +166,13 @@ class MpiCommunicator : public CommunicatorFront {
     const int count = count_of(output);
     Staging staging;
     torch::Tensor in = staging.input(input), out = staging.output(output);
+    const MPI_Op sum = sum_op(output);
     const bool ring = use_ring(input);
-    return enqueue(what, std::move(staging), [this, in, out, type, count, ring] {
+    return enqueue(what, std::move(staging), [this, in, out, type, sum, count, ring] {
       if (ring)
         ring_reduce_scatter_sum(in.data_ptr(), out.data_ptr(), count, type, comm_);
       else
-        MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count, type, MPI_SUM, comm_);
+        MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count, type, sum, comm_);
     });
   }
 

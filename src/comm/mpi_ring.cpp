@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "mpi_bfloat16.hpp"
+
 namespace mpibert {
 namespace {
 
@@ -29,6 +31,7 @@ void add_into(void* sum, const void* addend, int64_t count, MPI_Datatype type) {
   if (type == MPI_INT64_T) return add_into<int64_t>(sum, addend, count);
   if (type == MPI_INT32_T) return add_into<int32_t>(sum, addend, count);
   if (type == MPI_UINT8_T) return add_into<uint8_t>(sum, addend, count);
+  if (type == mpi_bfloat16()) return add_bfloat16(sum, addend, count);
   throw std::invalid_argument("ring collectives: unsupported MPI datatype");
 }
 

@@ -4,7 +4,8 @@
 // component picks other algorithms by message size that move more bytes over TCP
 // (docs/measurements.md).
 // Each block is summed on one rank in ring order and then forwarded, so every rank ends with the
-// same bits. Supported types: MPI_FLOAT, MPI_DOUBLE, MPI_INT64_T, MPI_INT32_T, MPI_UINT8_T.
+// same bits. Supported types: MPI_FLOAT, MPI_DOUBLE, MPI_INT64_T, MPI_INT32_T, MPI_UINT8_T and
+// mpi_bfloat16() (mpi_bfloat16.hpp).
 #pragma once
 
 #include <mpi.h>

@@ -19,6 +19,10 @@ const char* embedding_exchange_name(EmbeddingExchange exchange) {
   return exchange == EmbeddingExchange::kSparse ? "sparse" : "dense";
 }
 
+const char* comm_dtype_name(CommDtype dtype) { return dtype == CommDtype::kBf16 ? "bf16" : "fp32"; }
+
+torch::ScalarType comm_scalar_type(CommDtype dtype) { return dtype == CommDtype::kBf16 ? torch::kBFloat16 : torch::kFloat; }
+
 std::unique_ptr<DataParallel> make_data_parallel(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
                                                  const AdamWOptions& adam, const DataParallelOptions& options) {
   if (!communicator) return make_single_process(model, adam);

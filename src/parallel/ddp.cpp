@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "cast_collectives.hpp"
 #include "grouped_parallel.hpp"
 #include "mpibert/nn/host_to_device.hpp"
 
@@ -83,8 +84,8 @@ class Ddp final : public GroupedParallel {
     FlatGroup& group = groups_[g];
     if (sparse_ && g == sparse_->group && reduce_touched_rows()) return;
     group.grads.div_(world_);  // average as DDP does: divide, then sum
-    group.reduction = communicator_->all_reduce_sum(group.grads, "all-reduce of " + group.what);
-    record_reduction(group.reduction, static_cast<int64_t>(group.grads.nbytes()));
+    group.reduction = all_reduce_sum_as(reduce_wire(), *communicator_, group.grads, "all-reduce of " + group.what);
+    record_reduction(group.reduction, wire_bytes(reduce_wire(), group.grads));
   }
 
   // Issued before any bucket on every rank, it is done long before the embedding's gradient is.
@@ -155,9 +156,9 @@ class Ddp final : public GroupedParallel {
     const torch::Tensor& gradient = parameters_[s.parameter].grad();
     s.rows = rows;
     s.values = gradient.index_select(0, rows).div_(world_);
-    group.reduction = communicator_->all_reduce_sum(s.values, "all-reduce of " + std::to_string(rows.numel()) +
-                                                                  " touched rows of " + group.what);
-    record_reduction(group.reduction, static_cast<int64_t>(s.values.nbytes()));
+    group.reduction = all_reduce_sum_as(reduce_wire(), *communicator_, s.values,
+                                        "all-reduce of " + std::to_string(rows.numel()) + " touched rows of " + group.what);
+    record_reduction(group.reduction, wire_bytes(reduce_wire(), s.values));
     ++s.exchanges;
     s.rows_exchanged += rows.numel();
     return true;

@@ -5,6 +5,7 @@
 // backward is its last gradient arriving, when its gradients are reduce-scattered.
 #include <torch/torch.h>
 
+#include "cast_collectives.hpp"
 #include "grouped_parallel.hpp"
 
 namespace mpibert {
@@ -35,7 +36,7 @@ class Fsdp final : public ShardedParallel {
     unit_hooks_ = std::make_unique<FsdpUnitHooks>(*this);
     set_unit_hooks_(unit_hooks_.get());
     release_gradient_buffers();  // allocated again when the unit's backward starts
-    log_layout("fsdp", "units", "");
+    log_layout("fsdp", "units", std::string(" gathered in ") + comm_dtype_name(options.param_dtype));
   }
   ~Fsdp() override { set_unit_hooks_(nullptr); }
 
@@ -43,7 +44,7 @@ class Fsdp final : public ShardedParallel {
   void broadcast_parameters() override {
     torch::NoGradGuard no_grad;
     std::vector<std::shared_ptr<Work>> works;
-    for (size_t u = 0; u < groups_.size(); ++u) gather_async(u);
+    for (size_t u = 0; u < groups_.size(); ++u) gather_async(u, unit_dtype());
     for (size_t u = 0; u < groups_.size(); ++u) wait_gathered(u);
     for (FlatGroup& unit : groups_) works.push_back(communicator_->broadcast(unit.params, 0, "broadcast of " + unit.what));
     for (auto& work : works) work->wait();
@@ -53,9 +54,16 @@ class Fsdp final : public ShardedParallel {
       for (size_t u = 0; u < groups_.size(); ++u) release_parameters(u);
   }
 
+  // In the parameters' own dtype, whatever --param-dtype: evaluation and saving get the exact
+  // weights. A unit still whole from training may hold bf16-rounded values: it is gathered again.
   void gather_full_parameters() override {
     if (whole_model_) return;
-    for (size_t u = 0; u < groups_.size(); ++u) gather_async(u);
+    if (compute_wire_ != unit_dtype())
+      for (size_t u = 0; u < groups_.size(); ++u) {
+        wait_gathered(u);
+        release_parameters(u);
+      }
+    for (size_t u = 0; u < groups_.size(); ++u) gather_async(u, unit_dtype());
     for (size_t u = 0; u < groups_.size(); ++u) wait_gathered(u);
     whole_model_ = true;
   }
@@ -88,11 +96,13 @@ class Fsdp final : public ShardedParallel {
   bool whole_model() const { return whole_model_; }
   size_t num_units() const { return groups_.size(); }
 
-  void gather_async(size_t u) {
+  // For forward and backward: in --param-dtype.
+  void gather_async(size_t u) { gather_async(u, compute_wire_); }
+  void gather_async(size_t u, torch::ScalarType wire) {
     FlatGroup& unit = groups_[u];
     if (unit.gather || storage_allocated(unit.params)) return;
     allocate_storage(unit.params);
-    unit.gather = communicator_->all_gather(unit.param_shard, unit.params, "all-gather of " + unit.what);
+    unit.gather = all_gather_as(wire, *communicator_, unit.param_shard, unit.params, "all-gather of " + unit.what);
   }
   using GroupedParallel::wait_gathered;
 
@@ -157,6 +167,9 @@ class Fsdp final : public ShardedParallel {
     wait_gathered(u);
   }
 
+  torch::ScalarType unit_dtype() const { return groups_.front().params.scalar_type(); }
+
+  const torch::ScalarType compute_wire_ = comm_scalar_type(options_.param_dtype);
   std::function<void(UnitHooks*)> set_unit_hooks_;
   std::unique_ptr<UnitHooks> unit_hooks_;
   bool whole_model_ = false;           // gather_full_parameters() holds every unit whole

@@ -156,9 +156,9 @@ void GroupedParallel::install_hooks(bool allocate_before_accumulation) {
 void GroupedParallel::log_layout(const char* strategy, const char* groups, const std::string& note) const {
   int64_t bytes = 0;
   for (const FlatGroup& group : groups_) bytes += group.numel * group.grads.element_size();
-  spdlog::info("{} over {} ranks ({}): {} {}{}, {:.1f} MiB; optimizer state {:.1f} MiB on this rank", strategy, world_,
-               communicator_->backend(), groups_.size(), groups, note, static_cast<double>(bytes) / (1024.0 * 1024.0),
-               static_cast<double>(optimizer_state_bytes()) / (1024.0 * 1024.0));
+  spdlog::info("{} over {} ranks ({}, gradients reduced in {}): {} {}{}, {:.1f} MiB; optimizer state {:.1f} MiB on this rank",
+               strategy, world_, communicator_->backend(), comm_dtype_name(options_.reduce_dtype), groups_.size(), groups, note,
+               static_cast<double>(bytes) / (1024.0 * 1024.0), static_cast<double>(optimizer_state_bytes()) / (1024.0 * 1024.0));
 }
 
 void GroupedParallel::broadcast_parameters() {

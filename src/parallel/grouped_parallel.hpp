@@ -104,6 +104,8 @@ class GroupedParallel : public DataParallel {
   // A reduction issued this step: its timing is accounted, its bytes counted.
   void record_reduction(const std::shared_ptr<Work>& work, int64_t bytes);
   bool nonzero_on_any_rank(torch::Tensor count) const override;
+  // The dtype gradients are reduced in (--reduce-dtype).
+  torch::ScalarType reduce_wire() const { return comm_scalar_type(options_.reduce_dtype); }
   torch::OrderedDict<std::string, torch::Tensor> named_parameters() const;
 
   DataParallelOptions options_;

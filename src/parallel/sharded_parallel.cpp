@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "cast_collectives.hpp"
 #include "grouped_parallel.hpp"
 
 namespace mpibert {
@@ -64,9 +65,10 @@ void ShardedParallel::reduce(size_t g) {
   FlatGroup& group = groups_[g];
   allocate_zeroed_if_released(group.grads);  // no gradient reached the group this time (fsdp, zero2)
   group.grads.div_(world_);                  // average as DDP does: divide, then sum
-  group.reduction = communicator_->reduce_scatter_sum(group.grads, reduce_target(g), "reduce-scatter of " + group.what);
+  group.reduction =
+      reduce_scatter_sum_as(reduce_wire(), *communicator_, group.grads, reduce_target(g), "reduce-scatter of " + group.what);
   if (releases_gradients_) awaiting_release_.push_back(g);
-  record_reduction(group.reduction, static_cast<int64_t>(group.grads.nbytes()));
+  record_reduction(group.reduction, wire_bytes(reduce_wire(), group.grads));
 }
 
 // A CUDA gradient buffer goes as soon as its reduce-scatter is issued: the communicator keeps what

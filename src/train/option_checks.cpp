@@ -121,6 +121,11 @@ void check_train_options(const TrainOptions& o) {
   if (o.eval_steps > 0 && o.eval_dir.empty())
     throw InputError(describe(check.flag(o.eval_steps), std::to_string(o.eval_steps),
                               "evaluates on " + check.flag(o.eval_dir) + ", which is not given"));
+  if (o.parallel.param_dtype != CommDtype::kFp32 && o.parallel.strategy != Strategy::kFsdp)
+    throw InputError(describe(check.flag(o.parallel.param_dtype), comm_dtype_name(o.parallel.param_dtype),
+                              std::string("applies to fsdp's parameter all-gathers; ") + strategy_name(o.parallel.strategy) +
+                                  " keeps every parameter whole in fp32 (use --strategy fsdp, or --reduce-dtype for the "
+                                  "gradients)"));
   if (o.model.autocast_bf16 && o.model.autocast_fp16)
     throw InputError(check.flag(o.model.autocast_fp16) + " and " + check.flag(o.model.autocast_bf16) + ": give one of them");
   if (o.train_dir.empty())

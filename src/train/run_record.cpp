@@ -97,6 +97,8 @@ nlohmann::ordered_json Trainer::parallel_summary() const {
       {"communication", communicator_ ? communicator_->backend() : "none"},
       {"gradient_buckets", parallel_->num_buckets()},
       {"bucket_mb", options_.parallel.bucket_mb},
+      {"reduce_dtype", comm_dtype_name(options_.parallel.reduce_dtype)},
+      {"param_dtype", comm_dtype_name(options_.parallel.param_dtype)},
       {"gradient_bytes_reduced_per_rank", sync.bytes},
       {"embedding_exchange", embedding_exchange_name(parallel_->embedding_exchange())},
       {"embedding_sparse_exchanges", sync.sparse_exchanges},

@@ -102,10 +102,11 @@ struct MpiCollectives {
   int64_t ring_min_bytes = 256 << 10;
 };
 
-// MPI on MPI_COMM_WORLD (a duplicate of it): contiguous float32/float64/int64/int32/uint8
-// tensors. CUDA tensors are staged through host memory (copied to the host when the operation is
-// queued, back when the caller waits): slow, but it lets ranks that share one GPU, or GPUs
-// without NCCL between them, train together. `timeout_seconds` <= 0 waits forever.
+// MPI on MPI_COMM_WORLD (a duplicate of it): contiguous float32/float64/int64/int32/uint8/bf16
+// tensors (bf16 sums add in float32 and round once per addition, as NCCL's). CUDA tensors are
+// staged through host memory (copied to the host when the operation is queued, back when the
+// caller waits): slow, but it lets ranks that share one GPU, or GPUs without NCCL between them,
+// train together. `timeout_seconds` <= 0 waits forever.
 std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds, const MpiCollectives& collectives = {});
 
 // True when this build has the NCCL backend (LibTorch with CUDA and NCCL were found).

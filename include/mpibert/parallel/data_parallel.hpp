@@ -60,6 +60,17 @@ inline constexpr const char* kStrategyNames = "ddp, zero1, zero2, fsdp";
 enum class EmbeddingExchange { kDense, kSparse };
 const char* embedding_exchange_name(EmbeddingExchange exchange);
 
+// The dtype data crosses the network in: gradients (FSDP2's MixedPrecisionPolicy.reduce_dtype,
+// DeepSpeed's communication_data_type) and fsdp's parameter all-gathers in training (param_dtype).
+// bf16 moves half the bytes at bf16's precision (8 significant bits). Gradients are still
+// accumulated in fp32 on each rank and averaged as in fp32 (each rank's divided by the ranks),
+// then rounded once to bf16, summed with one rounding per addition (NCCL's bf16 sum, and the MPI
+// backend's), and widened back to fp32 where they land; the optimizer and the master weights stay
+// fp32. fsdp gathers in fp32 whatever the policy for evaluation and saving.
+enum class CommDtype { kFp32, kBf16 };
+const char* comm_dtype_name(CommDtype dtype);  // "fp32", "bf16"
+torch::ScalarType comm_scalar_type(CommDtype dtype);
+
 struct DataParallelOptions {
   Strategy strategy = Strategy::kDdp;
   double bucket_mb = 25;       // bucket capacity (MiB of gradients), as DDP's bucket_cap_mb
@@ -69,6 +80,8 @@ struct DataParallelOptions {
   // Of the vocabulary; a larger union is all-reduced dense. The rows' copies cost little beside the
   // transfer (GPU memory or host memory against the network), so sparse pays almost to the whole.
   double sparse_rows_max_fraction = 0.9;
+  CommDtype reduce_dtype = CommDtype::kFp32;  // every strategy's gradient reductions, the sparse exchange's too
+  CommDtype param_dtype = CommDtype::kFp32;   // fsdp's parameter all-gathers in forward and backward
 };
 
 // Timing of the gradient synchronization so far.

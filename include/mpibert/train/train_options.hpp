@@ -146,6 +146,8 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"strategy", "--strategy", kDescribed}, o.parallel.strategy);
   visit(F{"bucket_mb", "--bucket-mb", kDescribed}, o.parallel.bucket_mb);
   visit(F{"embedding_exchange", "--embedding-exchange", kDescribed}, o.parallel.embedding_exchange);
+  visit(F{"reduce_dtype", "--reduce-dtype", kDescribed}, o.parallel.reduce_dtype);
+  visit(F{"param_dtype", "--param-dtype", kDescribed}, o.parallel.param_dtype);
 }
 
 // The description of `field`, a member of `options`: how the command line and the checks name it.
@@ -168,6 +170,7 @@ inline const char* option_name(CommChoice value) { return comm_choice_name(value
 inline const char* option_name(MpiAlgorithm value) { return mpi_algorithm_name(value); }
 inline const char* option_name(Strategy value) { return strategy_name(value); }
 inline const char* option_name(EmbeddingExchange value) { return embedding_exchange_name(value); }
+inline const char* option_name(CommDtype value) { return comm_dtype_name(value); }
 
 // A field's value as the records show it: enums by their names.
 template <class T>
