@@ -12,7 +12,8 @@
 # results/scaling_model/measured-bf16, which the scaling model checks) and prints a Markdown table.
 # Needs root and a build (bash scripts/build.sh); about 25 min on 2 cores. Run it on an idle machine.
 # f1: scripts/pretrained_job.sh's fine-tune of all-MiniLM-L6-v2 (configs/pretrained_minilm.toml, 2
-# ranks, 150 steps) for each seed of SEEDS (default "42 43 44"), fp32 then bf16 reduction; writes
+# ranks, 150 steps) for each seed of SEEDS (default "42 43 44") and reduction dtype of DTYPES
+# (default "fp32 bf16"); RUNS="DTYPE:SEED ..." picks runs instead (e.g. "fp32:42 bf16:42"); writes
 # OUT/mpibert-minilm-<dtype>-seed<S>/ (default OUT results/pretrained/reduce-dtype), keeping what
 # the reports read, and prints EM/F1 per run and the means. About 10 min per run on 2 cores.
 set -euo pipefail
@@ -105,19 +106,22 @@ run_f1() {
   trap 'rm -rf "$work"' EXIT
   local model seed dtype run
   model=$(bash "$root/scripts/install-pretrained.sh")
-  bash "$root/scripts/sample_shards.sh" "$work/sample" > /dev/null
-  for seed in ${SEEDS:-42 43 44}; do
-    for dtype in fp32 bf16; do
-      run=$out/mpibert-minilm-$dtype-seed$seed
-      echo "reduced_precision.sh: $(basename "$run")" >&2
-      rm -rf "$run"
-      mpirun -n 2 --bind-to none "$work/mpibert" train --config "$root/configs/pretrained_minilm.toml" \
-        --model "$model" --vocab "$model/vocab.txt" --train-shards "$work/sample/shards/train" \
-        --eval-shards "$work/sample/shards/eval" --output-dir "$run" --seed "$seed" --reduce-dtype "$dtype" \
-        --save-steps 0 --log-level warn > "$work/train.log" 2>&1 || { tail -30 "$work/train.log" >&2; exit 1; }
-      find "$run" -mindepth 1 -maxdepth 1 ! -name results.json ! -name metrics.jsonl ! -name train_config.toml \
-        ! -name predictions.json -exec rm -rf {} +
-    done
+  bash "$root/scripts/sample_shards.sh" "$root/results/main" > /dev/null  # the pretrained job's sample
+  local runs=${RUNS:-} pair
+  if [ -z "$runs" ]; then
+    for seed in ${SEEDS:-42 43 44}; do for dtype in ${DTYPES:-fp32 bf16}; do runs="$runs $dtype:$seed"; done; done
+  fi
+  for pair in $runs; do
+    dtype=${pair%:*} seed=${pair#*:}
+    run=$out/mpibert-minilm-$dtype-seed$seed
+    echo "reduced_precision.sh: $(basename "$run")" >&2
+    rm -rf "$run"
+    mpirun -n 2 --bind-to none "$work/mpibert" train --config "$root/configs/pretrained_minilm.toml" \
+      --model "$model" --vocab "$model/vocab.txt" --train-shards "$root/results/main/shards/train" \
+      --eval-shards "$root/results/main/shards/eval" --output-dir "$run" --seed "$seed" --reduce-dtype "$dtype" \
+      --save-steps 0 --log-level warn > "$work/train.log" 2>&1 || { tail -30 "$work/train.log" >&2; exit 1; }
+    find "$run" -mindepth 1 -maxdepth 1 ! -name results.json ! -name metrics.jsonl ! -name train_config.toml \
+      ! -name predictions.json -exec rm -rf {} +
   done
   python3 - "$out" <<'PY'
 import json, os, statistics, sys

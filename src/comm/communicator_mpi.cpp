@@ -14,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "communicator_front.hpp"
 #include "mpi_bfloat16.hpp"
@@ -168,11 +169,14 @@ class MpiCommunicator : public CommunicatorFront {
     torch::Tensor in = staging.input(input), out = staging.output(output);
     const MPI_Op sum = sum_op(output);
     const bool ring = use_ring(input);
-    return enqueue(what, std::move(staging), [this, in, out, type, sum, count, ring] {
+    // MPI_Reduce_scatter rather than _block: Open MPI's tuned component offers a ring for it
+    // (coll_tuned_reduce_scatter_algorithm), none for the block variant.
+    std::vector<int> counts(static_cast<size_t>(size()), count);
+    return enqueue(what, std::move(staging), [this, in, out, type, sum, counts, ring] {
       if (ring)
-        ring_reduce_scatter_sum(in.data_ptr(), out.data_ptr(), count, type, comm_);
+        ring_reduce_scatter_sum(in.data_ptr(), out.data_ptr(), counts.front(), type, comm_);
       else
-        MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count, type, sum, comm_);
+        MPI_Reduce_scatter(in.data_ptr(), out.data_ptr(), counts.data(), type, sum, comm_);
     });
   }
 
