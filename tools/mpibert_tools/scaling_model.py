@@ -34,6 +34,12 @@ Approximations (stated, not hidden):
     first_bucket_mb (1 MiB), later ones bucket_mb; a bucket closes when the next parameter
     would exceed its capacity (it always takes one); fp32 bytes; the element count is rounded
     up to a multiple of the world size. fsdp's units are padded the same way.
+  * Wire dtype (--reduce-dtype, --param-dtype; fp32 unless a run or projection says bf16): every
+    gradient reduction (ddp's bucket all-reduces and sparse rows, zero1/zero2/fsdp's
+    reduce-scatters) moves 4 or 2 bytes per element; fsdp's gathers in forward and backward move
+    the param dtype's. Unchanged: bucket capacity (fp32 bytes), ddp's mask of rows (fp32), the
+    norm all-reduce (float64), the sample count, zero1/zero2's parameter all-gather (fp32). The
+    bf16 sum's per-element additions are not charged (no gamma term).
   * ddp with the sparse embedding exchange (mpibert's default): the word embedding is a group of
     its own, the last; a mask all-reduce (vocab x 4 bytes) goes first as backward starts, and the
     embedding's all-reduce carries rows x H x 4 bytes (the rows a step touched: from results.json
@@ -90,6 +96,8 @@ STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
 REDUCE_SCATTER_STRATEGIES = ("zero1", "zero2")  # buckets reduce-scattered, parameters all-gathered after the step
 SHARDED_STRATEGIES = ("zero1", "zero2", "fsdp")  # the optimizer on 1/p of the state
 PRECISIONS = ["bf16", "fp32"]
+# Bytes per element on the wire: --reduce-dtype (gradient reductions) and --param-dtype (fsdp's gathers).
+WIRE_BYTES = {"fp32": 4, "bf16": 2}
 GIB = 1024 ** 3
 CONFIG_KEYS = ["hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size",
                "max_position_embeddings", "type_vocab_size"]
@@ -199,7 +207,10 @@ class Bucket:
 
     @property
     def nbytes(self):
-        return 4 * self.numel
+        return 4 * self.numel  # fp32: what bucket capacity counts, and zero1/zero2's parameter all-gather
+
+    def wire_bytes(self, dtype):
+        return WIRE_BYTES[dtype] * self.numel
 
 
 def build_buckets(numels, bucket_mb, world, first_bucket_mb=FIRST_BUCKET_MB, sparse_embedding=False):
@@ -369,6 +380,8 @@ class StepInput:
     world: int
     num_params: int         # parameter tensors (the norm all-reduce has one float64 each)
     embedding_rows: float = None  # ddp's sparse embedding exchange: the union's rows a step (None: dense)
+    reduce_dtype: str = "fp32"    # --reduce-dtype: every gradient reduction (ddp's mask of rows stays fp32)
+    param_dtype: str = "fp32"     # --param-dtype: fsdp's parameter gathers in forward and backward
 
 
 @dataclass
@@ -383,6 +396,7 @@ class StepResult:
     backward: float = 0.0
     network_bytes: float = 0.0  # sent per rank per step, by the ring formulas' (p-1)/p factors
     collectives: int = 0     # per step, the sample-count all-reduce left out
+    reduced_bytes: float = 0.0  # handed to gradient reductions per step, as results.json's gradient_bytes_reduced_per_rank
 
 
 def ring_bytes(op, n, p):
@@ -420,14 +434,15 @@ def after_step_collectives(inp, groups, network):
     return seconds, sent, count
 
 
-def sparse_exchange_bytes(config, rows):
+def sparse_exchange_bytes(config, rows, reduce_dtype="fp32"):
     """(mask bytes, rows' bytes) of ddp's sparse embedding exchange; the rows' bytes are None where
     the union passes SPARSE_ROWS_MAX_FRACTION of the vocabulary and the embedding goes dense (as
-    mpibert decides, after the mask's all-reduce)."""
+    mpibert decides, after the mask's all-reduce). The mask is a count, fp32 whatever the reduce
+    dtype; the rows travel in it."""
     vocab = config["vocab_size"]
     if rows > SPARSE_ROWS_MAX_FRACTION * vocab:
         return 4 * vocab, None
-    return 4 * vocab, 4 * rows * config["hidden_size"]
+    return 4 * vocab, WIRE_BYTES[reduce_dtype] * rows * config["hidden_size"]
 
 
 def simulate_step(inp, buckets, ready, network, sparse=None):
@@ -436,7 +451,7 @@ def simulate_step(inp, buckets, ready, network, sparse=None):
     bucket, the word embedding, sends the rows' bytes instead of its own (unless None)."""
     p = inp.world
     grad_op = "reduce_scatter" if inp.strategy in REDUCE_SCATTER_STRATEGIES else "all_reduce"
-    sizes = [b.nbytes for b in buckets]
+    sizes = [b.wire_bytes(inp.reduce_dtype) for b in buckets]
     if sparse:
         sizes = [sparse[0]] + sizes[:-1] + [sparse[1] if sparse[1] is not None else sizes[-1]]
         ready = [0.0] + list(ready)
@@ -448,7 +463,7 @@ def simulate_step(inp, buckets, ready, network, sparse=None):
     step = inp.data + inp.forward + inp.backward + exposed + inp.optimizer + gather + bookkeeping
     return StepResult(step, exposed, gather, len(buckets), [c[1] for c in costs], tail=exposed,
                       forward=inp.forward, backward=inp.backward, network_bytes=sent,
-                      collectives=count + (len(sizes) if p > 1 else 0))
+                      collectives=count + (len(sizes) if p > 1 else 0), reduced_bytes=sum(sizes) if p > 1 else 0.0)
 
 
 class CommStream:
@@ -491,12 +506,12 @@ def fsdp_backward(start, stream, gather, reduce, compute):
     return t
 
 
-def fsdp_bytes_per_micro_batch(units, p):
+def fsdp_bytes_per_micro_batch(units, p, param_dtype="fp32", reduce_dtype="fp32"):
     """Sent per rank: every unit gathered in forward, all but the last again in backward, every
     unit reduce-scattered."""
-    gathers = sum(ring_bytes("all_gather", u.nbytes, p) for u in units)
-    return 2 * gathers - ring_bytes("all_gather", units[-1].nbytes, p) + \
-        sum(ring_bytes("reduce_scatter", u.nbytes, p) for u in units)
+    gathers = sum(ring_bytes("all_gather", u.wire_bytes(param_dtype), p) for u in units)
+    return 2 * gathers - ring_bytes("all_gather", units[-1].wire_bytes(param_dtype), p) + \
+        sum(ring_bytes("reduce_scatter", u.wire_bytes(reduce_dtype), p) for u in units)
 
 
 def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
@@ -506,8 +521,8 @@ def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
     if p <= 1:
         gather = reduce = [0.0] * len(units)
     else:
-        gather = [network.cost("all_gather", u.nbytes, p)[0] for u in units]
-        reduce = [network.cost("reduce_scatter", u.nbytes, p)[0] for u in units]
+        gather = [network.cost("all_gather", u.wire_bytes(inp.param_dtype), p)[0] for u in units]
+        reduce = [network.cost("reduce_scatter", u.wire_bytes(inp.reduce_dtype), p)[0] for u in units]
     fwd = [inp.forward / micro_batches * s for s in shares]
     bwd = [inp.backward / micro_batches * s for s in shares]
     stream, t, forward, backward = CommStream(), 0.0, 0.0, 0.0
@@ -522,10 +537,11 @@ def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
     bookkeeping = network.cost("all_reduce", 16, p)[0]
     step = inp.data + forward + backward + tail + inp.optimizer + after + bookkeeping
     exposed = forward + backward + tail - inp.forward - inp.backward
-    sent += micro_batches * fsdp_bytes_per_micro_batch(units, p)
+    sent += micro_batches * fsdp_bytes_per_micro_batch(units, p, inp.param_dtype, inp.reduce_dtype)
+    reduced = micro_batches * sum(u.wire_bytes(inp.reduce_dtype) for u in units) if p > 1 else 0.0
     return StepResult(step, exposed, after, len(units), ["ring"] * len(units) if p > 1 else [], tail=tail,
                       forward=forward, backward=backward, network_bytes=sent,
-                      collectives=count + (stream.count if p > 1 else 0))
+                      collectives=count + (stream.count if p > 1 else 0), reduced_bytes=reduced)
 
 
 def strategy_groups(config, strategy, bucket_mb, world, sparse_embedding=False):
@@ -544,7 +560,7 @@ def simulate(config, seq_len, inp, bucket_mb, network, micro_batches=1):
     if inp.strategy == "fsdp":
         return simulate_fsdp_step(inp, groups, group_shares(groups, costs), network, micro_batches)
     ready = bucket_ready_times(groups, ready_times(costs, inp.backward))
-    sparse = sparse_exchange_bytes(config, inp.embedding_rows) if sparse_group else None
+    sparse = sparse_exchange_bytes(config, inp.embedding_rows, inp.reduce_dtype) if sparse_group else None
     return simulate_step(inp, groups, ready, network, sparse)
 
 
@@ -1248,11 +1264,12 @@ def load_embedding_rows(raw, path):
     return EmbeddingRows(points, require(table, "vocab_size", file, int))
 
 
-def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len, embedding_rows=None):
+def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len, embedding_rows=None,
+                  reduce_dtype="fp32", param_dtype="fp32"):
     """`embedding_rows`: ddp's sparse exchange sends that many rows (None: the embedding dense)."""
     optimizer = compute.optimizer / p if strategy in SHARDED_STRATEGIES else compute.optimizer
     inp = StepInput(compute.data, compute.forward, compute.backward, optimizer, strategy, p, len(parameter_list(config)),
-                    embedding_rows if strategy == "ddp" else None)
+                    embedding_rows if strategy == "ddp" else None, reduce_dtype, param_dtype)
     return simulate(config, seq_len, inp, bucket_mb, cluster)
 
 

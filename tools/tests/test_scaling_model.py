@@ -129,6 +129,57 @@ class SparseEmbeddingExchange(unittest.TestCase):
                              m.simulate(self.config, 384, dense, 25, self.network))
 
 
+class WireDtype(unittest.TestCase):
+    """--reduce-dtype bf16 halves every gradient reduction; --param-dtype bf16 fsdp's gathers."""
+
+    def setUp(self):
+        self.config = m.load_config(SMALL)
+        self.network = m.Link(1e-3, 1e-8)  # the ring formulas: nothing on one rank
+        self.tensors = len(m.parameter_list(self.config))
+
+    def step(self, strategy, rows=None, reduce="fp32", param="fp32", world=2):
+        inp = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, world, self.tensors, rows, reduce, param)
+        return m.simulate(self.config, 384, inp, 25, self.network)
+
+    def norm_bytes(self, world=2):
+        return m.ring_bytes("all_reduce", 8 * self.tensors, world)
+
+    def test_ddp_buckets_and_rows_halve_but_not_the_mask(self):
+        fp32, bf16 = self.step("ddp"), self.step("ddp", reduce="bf16")
+        self.assertEqual(bf16.buckets, fp32.buckets)  # capacity is by fp32 bytes
+        self.assertAlmostEqual(bf16.network_bytes, fp32.network_bytes / 2)
+        self.assertAlmostEqual(bf16.reduced_bytes, fp32.reduced_bytes / 2)
+        self.assertLess(bf16.step, fp32.step)
+        mask = 4 * self.config["vocab_size"]
+        fp32, bf16 = self.step("ddp", 1000), self.step("ddp", 1000, "bf16")
+        self.assertAlmostEqual(bf16.reduced_bytes, mask + (fp32.reduced_bytes - mask) / 2)
+        self.assertAlmostEqual(fp32.reduced_bytes - bf16.reduced_bytes, 2 * 1000 * self.config["hidden_size"] +
+                               (fp32.reduced_bytes - mask - 4 * 1000 * self.config["hidden_size"]) / 2)
+
+    def test_zero_reduce_scatters_halve_but_not_the_gather_after_the_step(self):
+        for strategy in ("zero1", "zero2"):
+            fp32, bf16 = self.step(strategy), self.step(strategy, reduce="bf16")
+            self.assertAlmostEqual(bf16.reduced_bytes, fp32.reduced_bytes / 2)
+            self.assertEqual(bf16.gather, fp32.gather)  # the norm all-reduce and the fp32 all-gather
+            self.assertAlmostEqual(fp32.network_bytes - bf16.network_bytes,
+                                   m.ring_bytes("reduce_scatter", fp32.reduced_bytes, 2) / 2)
+
+    def test_param_dtype_applies_to_fsdp_gathers_only(self):
+        fp32 = self.step("fsdp")
+        reduce = self.step("fsdp", reduce="bf16")
+        both = self.step("fsdp", reduce="bf16", param="bf16")
+        self.assertAlmostEqual(reduce.reduced_bytes, fp32.reduced_bytes / 2)
+        self.assertEqual(both.reduced_bytes, reduce.reduced_bytes)
+        self.assertAlmostEqual(both.network_bytes - self.norm_bytes(), (fp32.network_bytes - self.norm_bytes()) / 2)
+        self.assertLess(both.step, reduce.step)
+        self.assertLess(reduce.step, fp32.step)
+        self.assertEqual(self.step("ddp", param="bf16"), self.step("ddp"))
+
+    def test_one_rank_sends_nothing_in_either_dtype(self):
+        for strategy in m.STRATEGIES:
+            self.assertEqual(self.step(strategy, world=1, reduce="bf16", param="bf16"), self.step(strategy, world=1))
+
+
 class EmbeddingRowsTable(unittest.TestCase):
     def setUp(self):
         self.rows = m.EmbeddingRows([(8, 500.0), (16, 900.0), (32, 1600.0)], 30522)
