@@ -2,14 +2,16 @@
 
 Usage (from anywhere; paths default to results/scaling_model/, where its inputs and outputs are kept):
 
-    tools/scaling-model check   [--measured DIR] [--out DIR] [--no-plot]
+    tools/scaling-model check   [--measured DIR] [--measured-bf16 DIR] [--out DIR] [--no-plot]
     tools/scaling-model project [--clusters FILE] [--out DIR] [--no-plot]
     tools/scaling-model all     [options of both]
 
 `check` reads measured/<run>/{results.json,metrics.jsonl,link.json} and
 measured/allreduce-<rate>-<p>r.txt (bench_allreduce output; <rate> is rate_mbit or
 "unlimited"), fits alpha and beta of the link, predicts each run's exposed gradient
-communication and step time, and writes check.md and check.png.
+communication and step time, and writes check.md and check.png. Where measured-bf16/ exists
+(bench/reduced_precision.sh hosts: fp32 and bf16 wire dtypes side by side, link.json's
+reduce_dtype/param_dtype), check.md gets a section on it; its links are fitted from measured/'s files.
 `project` writes projection.md, projection.png and projection-memory.png for bert-base/bert-large
 on A100/H100 nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json: step
 time per strategy and the largest batch per GPU that fits in memory.
@@ -79,6 +81,7 @@ Approximations (stated, not hidden):
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -689,6 +692,9 @@ class Run:
     accumulation: int = 1     # micro-batches per step
     embedding_rows: object = None  # ddp's sparse embedding exchange: mean rows a step (None: dense)
     held_bytes: object = None  # parallel.memory_per_rank: the largest steady_state_bytes over ranks (None: not recorded)
+    reduce_dtype: str = "fp32"  # link.json (absent: fp32, as every run before --reduce-dtype)
+    param_dtype: str = "fp32"
+    reduced_bytes: float = float("nan")  # parallel.gradient_bytes_reduced_per_rank per step (nan: not recorded)
 
 
 def load_run(directory):
@@ -719,6 +725,8 @@ def load_run(directory):
     config = check_config(require(parameters, "model", results_path, dict), results_path + " parameters.model")
     if strategy not in STRATEGIES:
         raise InputError(f"{results_path}: parallel.strategy '{strategy}' is none of {', '.join(STRATEGIES)}")
+    dtypes = {key: wire_dtype(link, parallel, key, link_path, results_path) for key in ("reduce_dtype", "param_dtype")}
+    reduced = parallel.get("gradient_bytes_reduced_per_rank")
     return Run(name=name, hosts=require(link, "hosts", link_path, int), rate_mbit=rate, bucket_mb=bucket_mb,
                strategy=strategy, world=world, steps=steps,
                buckets_measured=require(parallel, "gradient_buckets", results_path, int), config=config,
@@ -729,7 +737,19 @@ def load_run(directory):
                exposed_transfer=parallel.get("gradient_transfer_after_backward_seconds_mean", float("nan")) / steps,
                step=require(results, "train_step_seconds", results_path) / steps,
                accumulation=micro_batches(parameters, results_path), held_bytes=held_memory(parallel, results_path),
-               embedding_rows=sparse_rows(parallel, results_path))
+               embedding_rows=sparse_rows(parallel, results_path), **dtypes,
+               reduced_bytes=reduced / steps if isinstance(reduced, (int, float)) else float("nan"))
+
+
+def wire_dtype(link, parallel, key, link_path, results_path):
+    """link.json's `key` (absent: fp32); results.json's parallel.`key`, where mpibert recorded it,
+    must say the same."""
+    dtype = link.get(key, "fp32")
+    if dtype not in WIRE_BYTES:
+        raise InputError(f"{link_path}: {key} = {dtype!r} is none of {', '.join(WIRE_BYTES)}")
+    if key in parallel and parallel[key] != dtype:
+        raise InputError(f"{link_path}: {key} '{dtype}' but {results_path} says '{parallel[key]}'")
+    return dtype
 
 
 def sparse_rows(parallel, path):
@@ -767,7 +787,10 @@ def rate_token(rate_mbit):
     return str(int(rate_mbit)) if float(rate_mbit).is_integer() else str(rate_mbit)
 
 
-def load_measured(measured):
+def load_measured(measured, links=None):
+    """The runs of `measured` and the fitted links of their (rate, ranks), from its
+    allreduce-<rate>-<p>r.txt or, where it has none, from `links`' (the same links measured in
+    another session: bench/reduced_precision.sh writes no link benchmark)."""
     if not os.path.isdir(measured):
         raise InputError(f"{measured}: no such directory (run tools/measure_scaling.sh first)")
     runs = [load_run(os.path.join(measured, d)) for d in sorted(os.listdir(measured))
@@ -778,7 +801,10 @@ def load_measured(measured):
     for run in runs:
         key = (rate_token(run.rate_mbit), run.world)
         if key not in fits:
-            fits[key] = fit_link_file(os.path.join(measured, f"allreduce-{key[0]}-{key[1]}r.txt"), run.world)
+            path = os.path.join(measured, f"allreduce-{key[0]}-{key[1]}r.txt")
+            if links is not None and not os.path.exists(path):
+                path = os.path.join(links, os.path.basename(path))
+            fits[key] = fit_link_file(path, run.world)
     return runs, fits
 
 
@@ -840,7 +866,7 @@ def predict_run(run, runs, network):
         compute, how = sharded_optimizer_compute(run, runs)
         optimizer = compute if compute is not None else run.optimizer
     inp = StepInput(run.data, forward, backward, optimizer, run.strategy, run.world, len(parameter_list(run.config)),
-                    run.embedding_rows)
+                    run.embedding_rows, run.reduce_dtype, run.param_dtype)
     result = simulate(run.config, run.seq_len, inp, run.bucket_mb, network, run.accumulation)
     if run.strategy in SHARDED_STRATEGIES and how.startswith("measured"):
         result.step -= result.gather  # the measured optimizer phase already holds them
@@ -947,29 +973,102 @@ How to read this table:
 """
 
 
+def error_line(label, subset):
+    """A row of the error tables: mean and largest |error| of the step and of the communication
+    after backward over `subset` ("" where no run has a transfer after backward)."""
+    step = [(abs(percent(r.predicted.step, r.run.step)), r.run.name) for r in subset]
+    transfer = [abs(percent(r.predicted.tail, r.run.exposed_transfer)) for r in subset
+                if math.isfinite(r.run.exposed_transfer) and r.run.exposed_transfer > 0]
+    worst = max(step)
+    return (f"| {label} | {len(subset)} | {sum(e for e, _ in step) / len(step):.1f} | {worst[0]:.1f} ({worst[1]}) | "
+            f"{sum(transfer) / len(transfer):.1f} | {max(transfer):.1f} |") if transfer else ""
+
+
+ERROR_HEADER = ["| runs | count | step: mean abs. error % | step: largest abs. error % (run) | "
+                "after-backward transfer: mean abs. error % | largest % |",
+                "| --- | ---: | ---: | --- | ---: | ---: |"]
+
+
 def error_summary(rows):
     """Mean and largest |error| of the step and of the communication after backward, over all runs,
     per host count and per strategy: what the closing table quotes."""
-    def line(label, subset):
-        step = [(abs(percent(r.predicted.step, r.run.step)), r.run.name) for r in subset]
-        transfer = [abs(percent(r.predicted.tail, r.run.exposed_transfer)) for r in subset
-                    if math.isfinite(r.run.exposed_transfer) and r.run.exposed_transfer > 0]
-        worst = max(step)
-        return (f"| {label} | {len(subset)} | {sum(e for e, _ in step) / len(step):.1f} | {worst[0]:.1f} ({worst[1]}) | "
-                f"{sum(transfer) / len(transfer):.1f} | {max(transfer):.1f} |") if transfer else ""
-    lines = ["| runs | count | step: mean abs. error % | step: largest abs. error % (run) | "
-             "after-backward transfer: mean abs. error % | largest % |",
-             "| --- | ---: | ---: | --- | ---: | ---: |", line("all", rows)]
+    lines = ERROR_HEADER + [error_line("all", rows)]
     for hosts in sorted({r.run.hosts for r in rows}):
-        lines.append(line(f"{hosts} hosts", [r for r in rows if r.run.hosts == hosts]))
+        lines.append(error_line(f"{hosts} hosts", [r for r in rows if r.run.hosts == hosts]))
     for strategy in STRATEGIES:
         subset = [r for r in rows if r.run.strategy == strategy]
         if subset:
-            lines.append(line(strategy, subset))
+            lines.append(error_line(strategy, subset))
     return [l for l in lines if l]
 
 
-def write_check(measured, out, plot=True):
+def dtype_label(run):
+    return f"{run.reduce_dtype}/{run.param_dtype}"
+
+
+DTYPE_ORDER = {"fp32/fp32": 0, "bf16/fp32": 1, "fp32/bf16": 2, "bf16/bf16": 3}
+
+
+def pair_key(run):
+    """Runs that differ in the wire dtype only (same link, ranks, strategy, bucket, model, batch)."""
+    return (run.rate_mbit is None, run.rate_mbit or 0, run.hosts, STRATEGIES.index(run.strategy), run.bucket_mb,
+            run.batch, run.seq_len, run.accumulation, json.dumps(run.config, sort_keys=True))
+
+
+def reduced_precision_table(rows, runs, fits):
+    """measured-bf16/: each run against the fp32 run of its pair (same link, ranks, strategy, bucket,
+    model and batch): step measured and predicted, each as a ratio to the fp32 run's, the bytes
+    handed to the reductions per step, and what the model says the wire dtype saves at this run's
+    own compute (its prediction with fp32 on the wire, less its prediction)."""
+    lines = ["| run | reduce / gather dtype | MB reduced per step: meas / model | exposed pred (s) | step meas (s) | "
+             "step pred (s) | step err % | step vs fp32: meas | step vs fp32: pred | model: saved by the dtype (s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    base = {pair_key(row.run): row for row in rows if dtype_label(row.run) == "fp32/fp32"}
+    for row in rows:
+        r, pr, fp32 = row.run, row.predicted, base.get(pair_key(row.run))
+        network = FittedNetwork(fits[(rate_token(r.rate_mbit), r.world)])
+        as_fp32 = predict_run(dataclasses.replace(r, reduce_dtype="fp32", param_dtype="fp32"), runs, network).predicted
+        ratios = (fmt(r.step / fp32.run.step), fmt(pr.step / fp32.predicted.step)) if fp32 and fp32 is not row else ("", "")
+        saved = "" if dtype_label(r) == "fp32/fp32" else f"{as_fp32.step - pr.step:.3f}"
+        lines.append(f"| {r.name} | {r.reduce_dtype} / {r.param_dtype} | {fmt(r.reduced_bytes / 1e6, 2)} / "
+                     f"{pr.reduced_bytes / 1e6:.2f} | {pr.exposed:.3f} | {r.step:.3f} | {pr.step:.3f} | "
+                     f"{fmt(percent(pr.step, r.step), 1)} | {ratios[0]} | {ratios[1]} | {saved} |")
+    return lines
+
+
+def reduced_precision_section(directory, measured, rows, runs, fits):
+    """check.md's section on measured-bf16/ (bench/reduced_precision.sh hosts)."""
+    rows = sorted(rows, key=lambda row: (pair_key(row.run), DTYPE_ORDER[dtype_label(row.run)]))
+    def bench_folder(rate, p):  # as load_measured chose it
+        own = os.path.exists(os.path.join(directory, f"allreduce-{rate}-{p}r.txt"))
+        return os.path.basename(os.path.normpath(directory if own else measured))
+    sources = sorted({bench_folder(rate, p) for rate, p in fits})
+    lines = ["## Reduced-precision communication: fp32 against bf16 on the wire", "",
+             f"Generated from `{os.path.basename(os.path.normpath(directory))}/` (bench/reduced_precision.sh hosts: "
+             "each strategy with fp32 and with bf16 gradient reductions, fsdp also with bf16 parameter gathers, run "
+             "back to back). The links' alpha and beta are fitted to the bench_allreduce files of "
+             + ", ".join(f"`{source}/`" for source in sources) +
+             " (the same shaped links; no link benchmark in this folder). fsdp's forward and backward compute, and "
+             "the sharded strategies' optimizer compute, come from this folder's ddp runs of the same link, fp32 and "
+             "bf16 alike (the wire dtype does not change the compute).", "",
+             "\"MB reduced per step\" is results.json's `gradient_bytes_reduced_per_rank` / global_step (the bytes "
+             "handed to the gradient reductions, in the wire dtype, ddp's fp32 mask of rows included) against the "
+             "model's. \"step vs fp32\" is the step over the fp32 run's of the same pair; \"saved by the dtype\" is "
+             "the model's step for this run with fp32 on the wire less its step as run.", ""]
+    lines += reduced_precision_table(rows, runs, fits) + [""]
+    phases = fsdp_phase_table(rows)
+    if phases:
+        lines += ["fsdp by phase (as in \"fsdp by phase\" above):", ""] + phases + [""]
+    lines += ERROR_HEADER + [l for l in [error_line("all", rows)] + [
+        error_line(f"reduce {dtype}", [r for r in rows if r.run.reduce_dtype == dtype]) for dtype in WIRE_BYTES] + [
+        error_line(strategy, [r for r in rows if r.run.strategy == strategy]) for strategy in STRATEGIES
+        if any(r.run.strategy == strategy for r in rows)] if l]
+    return lines + [""]
+
+
+def write_check(measured, out, plot=True, reduced_precision=None):
+    """`reduced_precision`: a folder of bench/reduced_precision.sh runs (fp32/bf16 pairs), checked in
+    a section of its own where it exists. Returns the rows of both."""
     runs, fits = load_measured(measured)
     rows = [predict_run(run, runs, FittedNetwork(fits[(rate_token(run.rate_mbit), run.world)])) for run in runs]
     lines = ["# Scaling model check: predicted vs measured (CPU, mpibert over MPI)", "",
@@ -990,13 +1089,19 @@ def write_check(measured, out, plot=True):
     missing = [s for s in STRATEGIES if not any(r.run.strategy == s for r in rows)]
     if missing:
         lines += [f"No measured run of: {', '.join(missing)}.", ""]
-    mismatched = [r.run.name for r in rows if r.run.buckets_measured != r.buckets_model]
+    extra = []
+    if reduced_precision is not None and os.path.isdir(reduced_precision):
+        bf16_runs, bf16_fits = load_measured(reduced_precision, measured)
+        extra = [predict_run(run, bf16_runs, FittedNetwork(bf16_fits[(rate_token(run.rate_mbit), run.world)]))
+                 for run in bf16_runs]
+        lines += reduced_precision_section(reduced_precision, measured, extra, bf16_runs, bf16_fits)
+    mismatched = [r.run.name for r in rows + extra if r.run.buckets_measured != r.buckets_model]
     if mismatched:
         lines += [f"**Bucket count differs from mpibert's in: {', '.join(mismatched)}** (the model's bucket rule is wrong there).", ""]
     write_text(os.path.join(out, "check.md"), "\n".join(lines))
     if plot:
         plot_check(rows, os.path.join(out, "check.png"))
-    return rows
+    return rows + extra
 
 
 # ----------------------------------------------------------------------------------------
@@ -1867,6 +1972,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["check", "project", "all"])
     parser.add_argument("--measured", default=os.path.join(DATA_DIR, "measured"))
+    parser.add_argument("--measured-bf16", default=os.path.join(DATA_DIR, "measured-bf16"),
+                        help="bench/reduced_precision.sh's runs, checked where the folder exists")
     parser.add_argument("--clusters", default=os.path.join(DATA_DIR, "clusters.json"))
     parser.add_argument("--out", default=DATA_DIR)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG files")
@@ -1876,7 +1983,7 @@ def main(argv=None):
             write_projection(args.clusters, args.out, plot=not args.no_plot)
             print(f"wrote {os.path.join(args.out, 'projection.md')}")
         if args.command in ("check", "all"):
-            write_check(args.measured, args.out, plot=not args.no_plot)
+            write_check(args.measured, args.out, plot=not args.no_plot, reduced_precision=args.measured_bf16)
             print(f"wrote {os.path.join(args.out, 'check.md')}")
     except InputError as error:
         print(f"scaling-model: {error}", file=sys.stderr)

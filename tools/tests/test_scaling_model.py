@@ -395,6 +395,73 @@ class Check(MeasuredDirCase):
         self.assertIn("allreduce-100-2r.txt:", str(caught.exception))
 
 
+class CheckWireDtype(MeasuredDirCase):
+    """link.json's reduce_dtype/param_dtype (absent: fp32) and a measured-bf16/ folder of pairs."""
+
+    def link(self, strategy="ddp", **dtypes):
+        return dict({"rate_mbit": 100, "delay_ms": 0, "hosts": 2, "bucket_mb": 25, "strategy": strategy}, **dtypes)
+
+    def test_a_bf16_run_is_predicted_with_half_the_bytes(self):
+        write_run(os.path.join(self.measured, "fp32"))
+        write_run(os.path.join(self.measured, "bf16"), link=self.link(reduce_dtype="bf16"),
+                  parallel={"reduce_dtype": "bf16", "gradient_bytes_reduced_per_rank": 10 * 8739332})
+        rows = {r.run.name: r for r in m.write_check(self.measured, self.tmp.name, plot=False)}
+        self.assertEqual(rows["fp32"].run.reduce_dtype, "fp32")
+        self.assertEqual(rows["bf16"].run.reduce_dtype, "bf16")
+        self.assertAlmostEqual(rows["bf16"].predicted.reduced_bytes, rows["fp32"].predicted.reduced_bytes / 2)
+        self.assertAlmostEqual(rows["bf16"].run.reduced_bytes, 8739332)
+        # Bucket 1 (16,683,008 fp32 bytes) is exposed whole: half its bytes in bf16.
+        self.assertAlmostEqual(rows["fp32"].predicted.exposed - rows["bf16"].predicted.exposed,
+                               16683008 / 2 * self.beta, delta=2e-4)
+
+    def test_results_json_must_agree_with_link_json(self):
+        write_run(os.path.join(self.measured, "bad"), link=self.link(), parallel={"reduce_dtype": "bf16"})
+        with self.assertRaises(m.InputError) as caught:
+            m.write_check(self.measured, self.tmp.name, plot=False)
+        self.assertIn("link.json", str(caught.exception))
+        self.assertIn("reduce_dtype", str(caught.exception))
+
+    def test_unknown_dtype_names_the_file(self):
+        write_run(os.path.join(self.measured, "bad"), "fsdp", link=self.link("fsdp", param_dtype="fp16"))
+        with self.assertRaises(m.InputError) as caught:
+            m.write_check(self.measured, self.tmp.name, plot=False)
+        self.assertIn("link.json", str(caught.exception))
+        self.assertIn("fp16", str(caught.exception))
+
+    def test_pairs_are_checked_with_the_measured_links(self):
+        write_run(os.path.join(self.measured, "ddp-100"))
+        bf16 = os.path.join(self.tmp.name, "measured-bf16")
+        for name, reduce, param in (("fsdp-fp32-fp32", "fp32", "fp32"), ("fsdp-bf16-fp32", "bf16", "fp32"),
+                                    ("fsdp-bf16-bf16", "bf16", "bf16")):
+            write_run(os.path.join(bf16, name), "fsdp", link=self.link("fsdp", reduce_dtype=reduce, param_dtype=param),
+                      parallel={"reduce_dtype": reduce, "param_dtype": param})
+        write_run(os.path.join(bf16, "ddp-fp32-fp32"), link=self.link(reduce_dtype="fp32", param_dtype="fp32"))
+        rows = {r.run.name: r for r in m.write_check(self.measured, self.tmp.name, plot=False, reduced_precision=bf16)}
+        self.assertEqual(len(rows), 5)  # the bench file comes from measured/
+        steps = [rows[f"fsdp-{v}"].predicted.step for v in ("fp32-fp32", "bf16-fp32", "bf16-bf16")]
+        self.assertGreater(steps[0], steps[1])
+        self.assertGreater(steps[1], steps[2])
+        self.assertEqual(rows["fsdp-bf16-bf16"].compute_source, "ddp run ddp-fp32-fp32")
+        with open(os.path.join(self.tmp.name, "check.md")) as f:
+            text = f.read()
+        self.assertIn("## Reduced-precision communication", text)
+        self.assertIn("`measured/`", text)
+        line = next(l for l in text.splitlines() if l.startswith("| fsdp-bf16-bf16 | bf16 / bf16 |"))
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        self.assertEqual(cells[7], "1.000")  # the same measured step: only the prediction moves
+        self.assertEqual(cells[8], f"{steps[2] / steps[0]:.3f}")
+        self.assertEqual(cells[9], f"{steps[0] - steps[2]:.3f}")  # the same compute: the dtype's saving
+
+    def test_no_folder_leaves_the_check_as_it_was(self):
+        write_run(os.path.join(self.measured, "ddp-100"))
+        m.write_check(self.measured, self.tmp.name, plot=False)
+        with open(os.path.join(self.tmp.name, "check.md")) as f:
+            before = f.read()
+        m.write_check(self.measured, self.tmp.name, plot=False, reduced_precision=os.path.join(self.tmp.name, "none"))
+        with open(os.path.join(self.tmp.name, "check.md")) as f:
+            self.assertEqual(f.read(), before)
+
+
 class FakeNetwork:
     """Gathers and reduce-scatters take `seconds` each, all-reduces nothing."""
 
