@@ -1403,6 +1403,15 @@ class Projection:
     strategies: dict = field(default_factory=dict)  # ddp/zero1/zero2 at 25 MiB, fsdp, "ddp dense": StepResult
     compute: Compute = None
     embedding_rows: float = 0.0  # the rows a step's global batch touches (ddp's sparse exchange)
+    wire: dict = field(default_factory=dict)  # 25 MiB, bf16 on the wire: WIRE_VARIANTS' labels -> StepResult
+    cluster: Cluster = None
+
+
+# The reduced-precision variants `project` compares with fp32: (label, strategy, embedding rows by
+# touched rows?, reduce dtype, param dtype).
+WIRE_VARIANTS = [("ddp bf16", "ddp", True, "bf16", "fp32"), ("ddp dense bf16", "ddp", False, "bf16", "fp32"),
+                 ("zero2 bf16", "zero2", True, "bf16", "fp32"), ("fsdp bf16", "fsdp", True, "bf16", "fp32"),
+                 ("fsdp bf16 gathers", "fsdp", True, "bf16", "bf16")]
 
 
 def fastest_option(config, compute, cluster, p, seq_len, fsdp, rows):
@@ -1432,7 +1441,11 @@ def run_projections(raw, configs, path):
                     best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"], rows)
                     if p == 1:
                         label = "(no communication)"
-                    out.append(Projection(model, gpu, net, p, by_strategy["ddp"], best, label, one, by_strategy, compute, rows))
+                    wire = {name: project_point(config, compute, cluster, p, strategy, 25, seq_len,
+                                                rows if by_rows else None, reduce, param)
+                            for name, strategy, by_rows, reduce, param in WIRE_VARIANTS}
+                    out.append(Projection(model, gpu, net, p, by_strategy["ddp"], best, label, one, by_strategy, compute,
+                                          rows, wire, cluster))
     return out, batch
 
 
@@ -1494,9 +1507,76 @@ def sparse_embedding_table(projections, configs):
     return lines
 
 
-def exposed_ms(pr, strategy):
+def exposed_ms(pr, strategy, result=None):
     """Everything in the step that is not compute (communication the step waits for), ms."""
-    return (pr.strategies[strategy].step - compute_seconds(pr.compute, strategy, pr.p)) * 1e3
+    result = result or pr.strategies[strategy]
+    return (result.step - compute_seconds(pr.compute, strategy, pr.p)) * 1e3
+
+
+def wire_dtype_table(projections):
+    """Efficiency with fp32 and with bf16 on the wire, 25 MiB buckets, at 64 and 512 GPUs."""
+    lines = ["| model | GPU | network | GPUs | ddp | ddp, embedding dense | zero1/zero2 | "
+             "fsdp: fp32 → bf16 reduce → also bf16 gathers | ddp exposed (ms) | MB sent per GPU per step: ddp | fsdp |",
+             "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- |"]
+    for pr in projections:
+        if pr.p not in (64, 512):
+            continue
+        w, st = pr.wire, pr.strategies
+        def eff(result):
+            return f"{pr.one_gpu / result.step:.3f}"
+        lines.append(f"| {pr.model} | {pr.gpu} | {pr.net} | {pr.p} | {eff(st['ddp'])} → {eff(w['ddp bf16'])} | "
+                     f"{eff(st['ddp dense'])} → {eff(w['ddp dense bf16'])} | {eff(st['zero2'])} → {eff(w['zero2 bf16'])} | "
+                     f"{eff(st['fsdp'])} → {eff(w['fsdp bf16'])} → {eff(w['fsdp bf16 gathers'])} | "
+                     f"{exposed_ms(pr, 'ddp'):.1f} → {exposed_ms(pr, 'ddp', w['ddp bf16']):.1f} | "
+                     f"{st['ddp'].network_bytes / 1e6:.0f} → {w['ddp bf16'].network_bytes / 1e6:.0f} | "
+                     f"{st['fsdp'].network_bytes / 1e6:.0f} → {w['fsdp bf16'].network_bytes / 1e6:.0f} → "
+                     f"{w['fsdp bf16 gathers'].network_bytes / 1e6:.0f} |")
+    return lines
+
+
+def ddp_communication(pr, config, dtype):
+    """ddp 25 MiB with the embedding by rows: (the buckets' all-reduces summed, the word embedding's
+    exchange, the mask's all-reduce), seconds, as the FIFO runs them one after another."""
+    _, groups = strategy_groups(config, "ddp", 25, pr.p, sparse_embedding=True)
+    mask, rows = sparse_exchange_bytes(config, pr.embedding_rows, dtype)
+    buckets = sum(pr.cluster.cost("all_reduce", g.wire_bytes(dtype), pr.p)[0] for g in groups[:-1])
+    embedding = rows if rows is not None else groups[-1].wire_bytes(dtype)
+    return buckets, pr.cluster.cost("all_reduce", embedding, pr.p)[0], pr.cluster.cost("all_reduce", mask, pr.p)[0]
+
+
+def reduced_precision_paragraph(projections, configs, model="bert-base", gpu="H100", net="IB100", p=64):
+    """What bf16 on the wire buys where the issue asked (bert-base ddp, 64 H100s, IB 100), and why."""
+    pr = find_projection(projections, model, gpu, net, p)
+    config, w, st = configs[model], pr.wire, pr.strategies
+    b32, e32, mask = ddp_communication(pr, config, "fp32")
+    b16, e16, _ = ddp_communication(pr, config, "bf16")
+    backward = pr.compute.backward * 1e3
+    doubled = [x for x in projections if (x.model, x.gpu, x.p) == (model, gpu, p) and x.cluster.net_Bps ==
+               2 * pr.cluster.net_Bps]
+    fits = "fit inside the backward" if b16 * 1e3 <= backward else "still outlast the backward"
+    text = (f"{model} ddp (25 MiB, the word embedding by touched rows) on {p} {gpu}s over {net}: efficiency "
+            f"{pr.one_gpu / st['ddp'].step:.3f} with fp32 reductions, {pr.one_gpu / w['ddp bf16'].step:.3f} with bf16 "
+            f"(the embedding all-reduced whole: {pr.one_gpu / st['ddp dense'].step:.3f} → "
+            f"{pr.one_gpu / w['ddp dense bf16'].step:.3f}); the exposed communication goes from "
+            f"{exposed_ms(pr, 'ddp'):.1f} to {exposed_ms(pr, 'ddp', w['ddp bf16']):.1f} ms a step. In fp32 the "
+            f"buckets' all-reduces take {b32 * 1e3:.1f} ms against a backward of {backward:.1f} ms, so they queue "
+            f"past its end, and behind them the word embedding's rows ({pr.embedding_rows:,.0f} of "
+            f"{config['vocab_size']:,}, ready only when backward ends) take {e32 * 1e3:.1f} ms that can never "
+            f"overlap. bf16 halves both: the buckets' {b16 * 1e3:.1f} ms {fits}, and the rows' all-reduce takes "
+            f"{e16 * 1e3:.1f} ms. What does not shrink: the mask of touched rows (fp32, "
+            f"{4 * config['vocab_size'] / 1e3:.0f} KB, {mask * 1e3:.2f} ms, issued as backward starts), the norm "
+            f"all-reduce and zero1/zero2's parameter all-gather after the step (fp32). So zero1/zero2 gain least "
+            f"({pr.one_gpu / st['zero2'].step:.3f} → {pr.one_gpu / w['zero2 bf16'].step:.3f}): their reduce-scatters, "
+            f"half an all-reduce's bytes, leave {st['zero2'].tail * 1e3:.1f} → {w['zero2 bf16'].tail * 1e3:.1f} ms "
+            f"after backward, but the {st['zero2'].gather * 1e3:.1f} ms after the step stay. fsdp gains on its "
+            f"reduce-scatters ({pr.one_gpu / st['fsdp'].step:.3f} → {pr.one_gpu / w['fsdp bf16'].step:.3f}) and most "
+            f"on its gathers, twice as many, with `--param-dtype bf16` ({pr.one_gpu / w['fsdp bf16 gathers'].step:.3f}).")
+    if doubled:
+        faster = doubled[0].one_gpu / doubled[0].strategies["ddp"].step
+        same = abs(faster - pr.one_gpu / w["ddp bf16"].step) < 5e-4  # the NIC, not NVLink, sets beta in both
+        text += (f" {'Halving the bytes is worth a NIC twice as fast: f' if same else 'F'}p32 over "
+                 f"{doubled[0].net} gives {faster:.3f}.")
+    return text
 
 
 def fsdp_exposed_split(pr):
@@ -1726,6 +1806,14 @@ features and extrapolated beyond (clusters.json `embedding_rows`: an assumption)
 treats the rows' all-reduce as any all-reduce of that many bytes; the copies in and out
 (index_select, index_copy_) and the host's wait for the union's size are not modelled."""
 
+REDUCED_PRECISION_NOTES = """With `--reduce-dtype bf16` every gradient reduction moves 2 bytes per element instead of 4:
+ddp's bucket all-reduces and its word embedding's rows, zero1/zero2/fsdp's reduce-scatters; with
+`--param-dtype bf16` fsdp's parameter gathers in forward and backward too. The buckets stay as they
+are (capacity in fp32 bytes); ddp's mask of touched rows, the norm all-reduce, the sample count and
+zero1/zero2's parameter all-gather after the step stay fp32. The casts and the bf16 sum's rounding
+are not charged (elementwise, small against the transfer), and the projection's other tables keep
+fp32 on the wire (mpibert's default)."""
+
 PROJECTION_NOTES = """## What the projection assumes
 
 - One GPU's step at batch 32, sequence 384: bert-base from the reference throughput (A100: HF Trainer
@@ -1735,8 +1823,9 @@ PROJECTION_NOTES = """## What the projection assumes
   forward (1/3) + backward (2/3). bert-large = bert-base x params ratio (6*params*tokens FLOPs).
   The plain PyTorch loop on the H100 (729 samples/s) would make compute 19% shorter and scaling a
   little worse.
-- Gradients in fp32 (4 bytes per parameter), bucketed as mpibert does; ready times from the FLOP share
-  of each parameter's backward; buckets reduced one at a time in order (NCCL stream).
+- Gradients in fp32 (4 bytes per parameter; bf16 only in "Reduced-precision communication"), bucketed
+  as mpibert does; ready times from the FLOP share of each parameter's backward; buckets reduced one at
+  a time in order (NCCL stream).
 - Inside a node: NVLink bus bandwidth (A100 235 GB/s from NCCL's own model; H100 353 GB/s, an
   assumption). Across nodes: one NIC of the stated rate per node (a DGX has 8: this is the pessimistic
   case), and a multi-node ring pushes 2(p-1)/p x bucket bytes through each node's NIC, so
@@ -1797,6 +1886,11 @@ def write_projection(clusters_path, out, plot=True):
               "Efficiency, the embedding all-reduced dense → by the rows the global batch touched "
               f"(batch {batch} per GPU; over {100 * SPARSE_ROWS_MAX_FRACTION:.0f}% of the vocabulary it goes dense):", ""]
     lines += sparse_embedding_table(projections, configs)
+    lines += ["", "## Reduced-precision communication (--reduce-dtype bf16, fsdp's --param-dtype bf16)", "",
+              REDUCED_PRECISION_NOTES, "", reduced_precision_paragraph(projections, configs), "",
+              "Efficiency fp32 → bf16 reductions (25 MiB buckets; fsdp also with bf16 gathers), the ddp step's exposed "
+              "communication and the bytes each GPU sends:", ""]
+    lines += wire_dtype_table(projections)
     lines += ["", "## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets)", ""] + strategy_summary(projections)
     lines += ["", "Bytes each GPU sends per step (ring formulas, (p-1)/p x bytes per gather or reduce-scatter, "
               "2(p-1)/p per all-reduce), from the simulated collectives:", ""] + traffic_paragraph(projections, configs)

@@ -288,6 +288,32 @@ class Projection(unittest.TestCase):
                 self.assertGreaterEqual(b, a - 1e-12)
 
 
+class ProjectionWireDtype(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        Projection.setUpClass.__func__(cls)
+
+    def test_bf16_never_slower_and_halves_ddp_bytes(self):
+        for pr in self.projections:
+            self.assertEqual(sorted(pr.wire), sorted(v[0] for v in m.WIRE_VARIANTS))
+            pairs = [("ddp", "ddp bf16"), ("ddp dense", "ddp dense bf16"), ("zero2", "zero2 bf16"),
+                     ("fsdp", "fsdp bf16")]
+            for fp32, bf16 in pairs:
+                self.assertLessEqual(pr.wire[bf16].step, pr.strategies[fp32].step + 1e-12)
+            self.assertLessEqual(pr.wire["fsdp bf16 gathers"].step, pr.wire["fsdp bf16"].step + 1e-12)
+            self.assertAlmostEqual(pr.wire["ddp dense bf16"].network_bytes, pr.strategies["ddp dense"].network_bytes / 2)
+            self.assertEqual(pr.wire["zero2 bf16"].gather, pr.strategies["zero2"].gather)
+
+    def test_half_the_bytes_on_ib100_is_fp32_on_ib200(self):
+        # Across nodes beta is the NIC's (slower than NVLink): bf16 over 100 Gbit/s = fp32 over 200, but
+        # for the collectives that stay fp32 (the sample count's 16 bytes, the norm's: nanoseconds).
+        for model in ("bert-base", "bert-large"):
+            slow = m.find_projection(self.projections, model, "H100", "IB100", 64)
+            fast = m.find_projection(self.projections, model, "H100", "IB200", 64)
+            self.assertAlmostEqual(slow.wire["ddp bf16"].step, fast.strategies["ddp"].step, delta=1e-7)
+            self.assertAlmostEqual(slow.wire["fsdp bf16 gathers"].step, fast.strategies["fsdp"].step, delta=2e-6)
+
+
 def write_bench(path, alpha, beta, p):
     """bench_allreduce-style output whose times follow the ring formulas exactly."""
     lines = [f"# mpibert bench_allreduce: backend mpi, {p} ranks, dtype float"]
