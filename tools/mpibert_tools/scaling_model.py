@@ -2,14 +2,16 @@
 
 Usage (from anywhere; paths default to results/scaling_model/, where its inputs and outputs are kept):
 
-    tools/scaling-model check   [--measured DIR] [--out DIR] [--no-plot]
+    tools/scaling-model check   [--measured DIR] [--measured-bf16 DIR] [--out DIR] [--no-plot]
     tools/scaling-model project [--clusters FILE] [--out DIR] [--no-plot]
     tools/scaling-model all     [options of both]
 
 `check` reads measured/<run>/{results.json,metrics.jsonl,link.json} and
 measured/allreduce-<rate>-<p>r.txt (bench_allreduce output; <rate> is rate_mbit or
 "unlimited"), fits alpha and beta of the link, predicts each run's exposed gradient
-communication and step time, and writes check.md and check.png.
+communication and step time, and writes check.md and check.png. Where measured-bf16/ exists
+(bench/reduced_precision.sh hosts: fp32 and bf16 wire dtypes side by side, link.json's
+reduce_dtype/param_dtype), check.md gets a section on it; its links are fitted from measured/'s files.
 `project` writes projection.md, projection.png and projection-memory.png for bert-base/bert-large
 on A100/H100 nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json: step
 time per strategy and the largest batch per GPU that fits in memory.
@@ -34,6 +36,12 @@ Approximations (stated, not hidden):
     first_bucket_mb (1 MiB), later ones bucket_mb; a bucket closes when the next parameter
     would exceed its capacity (it always takes one); fp32 bytes; the element count is rounded
     up to a multiple of the world size. fsdp's units are padded the same way.
+  * Wire dtype (--reduce-dtype, --param-dtype; fp32 unless a run or projection says bf16): every
+    gradient reduction (ddp's bucket all-reduces and sparse rows, zero1/zero2/fsdp's
+    reduce-scatters) moves 4 or 2 bytes per element; fsdp's gathers in forward and backward move
+    the param dtype's. Unchanged: bucket capacity (fp32 bytes), ddp's mask of rows (fp32), the
+    norm all-reduce (float64), the sample count, zero1/zero2's parameter all-gather (fp32). The
+    bf16 sum's per-element additions are not charged (no gamma term).
   * ddp with the sparse embedding exchange (mpibert's default): the word embedding is a group of
     its own, the last; a mask all-reduce (vocab x 4 bytes) goes first as backward starts, and the
     embedding's all-reduce carries rows x H x 4 bytes (the rows a step touched: from results.json
@@ -73,6 +81,7 @@ Approximations (stated, not hidden):
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -90,6 +99,8 @@ STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
 REDUCE_SCATTER_STRATEGIES = ("zero1", "zero2")  # buckets reduce-scattered, parameters all-gathered after the step
 SHARDED_STRATEGIES = ("zero1", "zero2", "fsdp")  # the optimizer on 1/p of the state
 PRECISIONS = ["bf16", "fp32"]
+# Bytes per element on the wire: --reduce-dtype (gradient reductions) and --param-dtype (fsdp's gathers).
+WIRE_BYTES = {"fp32": 4, "bf16": 2}
 GIB = 1024 ** 3
 CONFIG_KEYS = ["hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size",
                "max_position_embeddings", "type_vocab_size"]
@@ -199,7 +210,10 @@ class Bucket:
 
     @property
     def nbytes(self):
-        return 4 * self.numel
+        return 4 * self.numel  # fp32: what bucket capacity counts, and zero1/zero2's parameter all-gather
+
+    def wire_bytes(self, dtype):
+        return WIRE_BYTES[dtype] * self.numel
 
 
 def build_buckets(numels, bucket_mb, world, first_bucket_mb=FIRST_BUCKET_MB, sparse_embedding=False):
@@ -369,6 +383,8 @@ class StepInput:
     world: int
     num_params: int         # parameter tensors (the norm all-reduce has one float64 each)
     embedding_rows: float = None  # ddp's sparse embedding exchange: the union's rows a step (None: dense)
+    reduce_dtype: str = "fp32"    # --reduce-dtype: every gradient reduction (ddp's mask of rows stays fp32)
+    param_dtype: str = "fp32"     # --param-dtype: fsdp's parameter gathers in forward and backward
 
 
 @dataclass
@@ -383,6 +399,7 @@ class StepResult:
     backward: float = 0.0
     network_bytes: float = 0.0  # sent per rank per step, by the ring formulas' (p-1)/p factors
     collectives: int = 0     # per step, the sample-count all-reduce left out
+    reduced_bytes: float = 0.0  # handed to gradient reductions per step, as results.json's gradient_bytes_reduced_per_rank
 
 
 def ring_bytes(op, n, p):
@@ -420,14 +437,15 @@ def after_step_collectives(inp, groups, network):
     return seconds, sent, count
 
 
-def sparse_exchange_bytes(config, rows):
+def sparse_exchange_bytes(config, rows, reduce_dtype="fp32"):
     """(mask bytes, rows' bytes) of ddp's sparse embedding exchange; the rows' bytes are None where
     the union passes SPARSE_ROWS_MAX_FRACTION of the vocabulary and the embedding goes dense (as
-    mpibert decides, after the mask's all-reduce)."""
+    mpibert decides, after the mask's all-reduce). The mask is a count, fp32 whatever the reduce
+    dtype; the rows travel in it."""
     vocab = config["vocab_size"]
     if rows > SPARSE_ROWS_MAX_FRACTION * vocab:
         return 4 * vocab, None
-    return 4 * vocab, 4 * rows * config["hidden_size"]
+    return 4 * vocab, WIRE_BYTES[reduce_dtype] * rows * config["hidden_size"]
 
 
 def simulate_step(inp, buckets, ready, network, sparse=None):
@@ -436,7 +454,7 @@ def simulate_step(inp, buckets, ready, network, sparse=None):
     bucket, the word embedding, sends the rows' bytes instead of its own (unless None)."""
     p = inp.world
     grad_op = "reduce_scatter" if inp.strategy in REDUCE_SCATTER_STRATEGIES else "all_reduce"
-    sizes = [b.nbytes for b in buckets]
+    sizes = [b.wire_bytes(inp.reduce_dtype) for b in buckets]
     if sparse:
         sizes = [sparse[0]] + sizes[:-1] + [sparse[1] if sparse[1] is not None else sizes[-1]]
         ready = [0.0] + list(ready)
@@ -448,7 +466,7 @@ def simulate_step(inp, buckets, ready, network, sparse=None):
     step = inp.data + inp.forward + inp.backward + exposed + inp.optimizer + gather + bookkeeping
     return StepResult(step, exposed, gather, len(buckets), [c[1] for c in costs], tail=exposed,
                       forward=inp.forward, backward=inp.backward, network_bytes=sent,
-                      collectives=count + (len(sizes) if p > 1 else 0))
+                      collectives=count + (len(sizes) if p > 1 else 0), reduced_bytes=sum(sizes) if p > 1 else 0.0)
 
 
 class CommStream:
@@ -491,12 +509,12 @@ def fsdp_backward(start, stream, gather, reduce, compute):
     return t
 
 
-def fsdp_bytes_per_micro_batch(units, p):
+def fsdp_bytes_per_micro_batch(units, p, param_dtype="fp32", reduce_dtype="fp32"):
     """Sent per rank: every unit gathered in forward, all but the last again in backward, every
     unit reduce-scattered."""
-    gathers = sum(ring_bytes("all_gather", u.nbytes, p) for u in units)
-    return 2 * gathers - ring_bytes("all_gather", units[-1].nbytes, p) + \
-        sum(ring_bytes("reduce_scatter", u.nbytes, p) for u in units)
+    gathers = sum(ring_bytes("all_gather", u.wire_bytes(param_dtype), p) for u in units)
+    return 2 * gathers - ring_bytes("all_gather", units[-1].wire_bytes(param_dtype), p) + \
+        sum(ring_bytes("reduce_scatter", u.wire_bytes(reduce_dtype), p) for u in units)
 
 
 def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
@@ -506,8 +524,8 @@ def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
     if p <= 1:
         gather = reduce = [0.0] * len(units)
     else:
-        gather = [network.cost("all_gather", u.nbytes, p)[0] for u in units]
-        reduce = [network.cost("reduce_scatter", u.nbytes, p)[0] for u in units]
+        gather = [network.cost("all_gather", u.wire_bytes(inp.param_dtype), p)[0] for u in units]
+        reduce = [network.cost("reduce_scatter", u.wire_bytes(inp.reduce_dtype), p)[0] for u in units]
     fwd = [inp.forward / micro_batches * s for s in shares]
     bwd = [inp.backward / micro_batches * s for s in shares]
     stream, t, forward, backward = CommStream(), 0.0, 0.0, 0.0
@@ -522,10 +540,11 @@ def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
     bookkeeping = network.cost("all_reduce", 16, p)[0]
     step = inp.data + forward + backward + tail + inp.optimizer + after + bookkeeping
     exposed = forward + backward + tail - inp.forward - inp.backward
-    sent += micro_batches * fsdp_bytes_per_micro_batch(units, p)
+    sent += micro_batches * fsdp_bytes_per_micro_batch(units, p, inp.param_dtype, inp.reduce_dtype)
+    reduced = micro_batches * sum(u.wire_bytes(inp.reduce_dtype) for u in units) if p > 1 else 0.0
     return StepResult(step, exposed, after, len(units), ["ring"] * len(units) if p > 1 else [], tail=tail,
                       forward=forward, backward=backward, network_bytes=sent,
-                      collectives=count + (stream.count if p > 1 else 0))
+                      collectives=count + (stream.count if p > 1 else 0), reduced_bytes=reduced)
 
 
 def strategy_groups(config, strategy, bucket_mb, world, sparse_embedding=False):
@@ -544,7 +563,7 @@ def simulate(config, seq_len, inp, bucket_mb, network, micro_batches=1):
     if inp.strategy == "fsdp":
         return simulate_fsdp_step(inp, groups, group_shares(groups, costs), network, micro_batches)
     ready = bucket_ready_times(groups, ready_times(costs, inp.backward))
-    sparse = sparse_exchange_bytes(config, inp.embedding_rows) if sparse_group else None
+    sparse = sparse_exchange_bytes(config, inp.embedding_rows, inp.reduce_dtype) if sparse_group else None
     return simulate_step(inp, groups, ready, network, sparse)
 
 
@@ -673,6 +692,9 @@ class Run:
     accumulation: int = 1     # micro-batches per step
     embedding_rows: object = None  # ddp's sparse embedding exchange: mean rows a step (None: dense)
     held_bytes: object = None  # parallel.memory_per_rank: the largest steady_state_bytes over ranks (None: not recorded)
+    reduce_dtype: str = "fp32"  # link.json (absent: fp32, as every run before --reduce-dtype)
+    param_dtype: str = "fp32"
+    reduced_bytes: float = float("nan")  # parallel.gradient_bytes_reduced_per_rank per step (nan: not recorded)
 
 
 def load_run(directory):
@@ -703,6 +725,8 @@ def load_run(directory):
     config = check_config(require(parameters, "model", results_path, dict), results_path + " parameters.model")
     if strategy not in STRATEGIES:
         raise InputError(f"{results_path}: parallel.strategy '{strategy}' is none of {', '.join(STRATEGIES)}")
+    dtypes = {key: wire_dtype(link, parallel, key, link_path, results_path) for key in ("reduce_dtype", "param_dtype")}
+    reduced = parallel.get("gradient_bytes_reduced_per_rank")
     return Run(name=name, hosts=require(link, "hosts", link_path, int), rate_mbit=rate, bucket_mb=bucket_mb,
                strategy=strategy, world=world, steps=steps,
                buckets_measured=require(parallel, "gradient_buckets", results_path, int), config=config,
@@ -713,7 +737,19 @@ def load_run(directory):
                exposed_transfer=parallel.get("gradient_transfer_after_backward_seconds_mean", float("nan")) / steps,
                step=require(results, "train_step_seconds", results_path) / steps,
                accumulation=micro_batches(parameters, results_path), held_bytes=held_memory(parallel, results_path),
-               embedding_rows=sparse_rows(parallel, results_path))
+               embedding_rows=sparse_rows(parallel, results_path), **dtypes,
+               reduced_bytes=reduced / steps if isinstance(reduced, (int, float)) else float("nan"))
+
+
+def wire_dtype(link, parallel, key, link_path, results_path):
+    """link.json's `key` (absent: fp32); results.json's parallel.`key`, where mpibert recorded it,
+    must say the same."""
+    dtype = link.get(key, "fp32")
+    if dtype not in WIRE_BYTES:
+        raise InputError(f"{link_path}: {key} = {dtype!r} is none of {', '.join(WIRE_BYTES)}")
+    if key in parallel and parallel[key] != dtype:
+        raise InputError(f"{link_path}: {key} '{dtype}' but {results_path} says '{parallel[key]}'")
+    return dtype
 
 
 def sparse_rows(parallel, path):
@@ -751,7 +787,10 @@ def rate_token(rate_mbit):
     return str(int(rate_mbit)) if float(rate_mbit).is_integer() else str(rate_mbit)
 
 
-def load_measured(measured):
+def load_measured(measured, links=None):
+    """The runs of `measured` and the fitted links of their (rate, ranks), from its
+    allreduce-<rate>-<p>r.txt or, where it has none, from `links`' (the same links measured in
+    another session: bench/reduced_precision.sh writes no link benchmark)."""
     if not os.path.isdir(measured):
         raise InputError(f"{measured}: no such directory (run tools/measure_scaling.sh first)")
     runs = [load_run(os.path.join(measured, d)) for d in sorted(os.listdir(measured))
@@ -762,7 +801,10 @@ def load_measured(measured):
     for run in runs:
         key = (rate_token(run.rate_mbit), run.world)
         if key not in fits:
-            fits[key] = fit_link_file(os.path.join(measured, f"allreduce-{key[0]}-{key[1]}r.txt"), run.world)
+            path = os.path.join(measured, f"allreduce-{key[0]}-{key[1]}r.txt")
+            if links is not None and not os.path.exists(path):
+                path = os.path.join(links, os.path.basename(path))
+            fits[key] = fit_link_file(path, run.world)
     return runs, fits
 
 
@@ -824,7 +866,7 @@ def predict_run(run, runs, network):
         compute, how = sharded_optimizer_compute(run, runs)
         optimizer = compute if compute is not None else run.optimizer
     inp = StepInput(run.data, forward, backward, optimizer, run.strategy, run.world, len(parameter_list(run.config)),
-                    run.embedding_rows)
+                    run.embedding_rows, run.reduce_dtype, run.param_dtype)
     result = simulate(run.config, run.seq_len, inp, run.bucket_mb, network, run.accumulation)
     if run.strategy in SHARDED_STRATEGIES and how.startswith("measured"):
         result.step -= result.gather  # the measured optimizer phase already holds them
@@ -931,29 +973,102 @@ How to read this table:
 """
 
 
+def error_line(label, subset):
+    """A row of the error tables: mean and largest |error| of the step and of the communication
+    after backward over `subset` ("" where no run has a transfer after backward)."""
+    step = [(abs(percent(r.predicted.step, r.run.step)), r.run.name) for r in subset]
+    transfer = [abs(percent(r.predicted.tail, r.run.exposed_transfer)) for r in subset
+                if math.isfinite(r.run.exposed_transfer) and r.run.exposed_transfer > 0]
+    worst = max(step)
+    return (f"| {label} | {len(subset)} | {sum(e for e, _ in step) / len(step):.1f} | {worst[0]:.1f} ({worst[1]}) | "
+            f"{sum(transfer) / len(transfer):.1f} | {max(transfer):.1f} |") if transfer else ""
+
+
+ERROR_HEADER = ["| runs | count | step: mean abs. error % | step: largest abs. error % (run) | "
+                "after-backward transfer: mean abs. error % | largest % |",
+                "| --- | ---: | ---: | --- | ---: | ---: |"]
+
+
 def error_summary(rows):
     """Mean and largest |error| of the step and of the communication after backward, over all runs,
     per host count and per strategy: what the closing table quotes."""
-    def line(label, subset):
-        step = [(abs(percent(r.predicted.step, r.run.step)), r.run.name) for r in subset]
-        transfer = [abs(percent(r.predicted.tail, r.run.exposed_transfer)) for r in subset
-                    if math.isfinite(r.run.exposed_transfer) and r.run.exposed_transfer > 0]
-        worst = max(step)
-        return (f"| {label} | {len(subset)} | {sum(e for e, _ in step) / len(step):.1f} | {worst[0]:.1f} ({worst[1]}) | "
-                f"{sum(transfer) / len(transfer):.1f} | {max(transfer):.1f} |") if transfer else ""
-    lines = ["| runs | count | step: mean abs. error % | step: largest abs. error % (run) | "
-             "after-backward transfer: mean abs. error % | largest % |",
-             "| --- | ---: | ---: | --- | ---: | ---: |", line("all", rows)]
+    lines = ERROR_HEADER + [error_line("all", rows)]
     for hosts in sorted({r.run.hosts for r in rows}):
-        lines.append(line(f"{hosts} hosts", [r for r in rows if r.run.hosts == hosts]))
+        lines.append(error_line(f"{hosts} hosts", [r for r in rows if r.run.hosts == hosts]))
     for strategy in STRATEGIES:
         subset = [r for r in rows if r.run.strategy == strategy]
         if subset:
-            lines.append(line(strategy, subset))
+            lines.append(error_line(strategy, subset))
     return [l for l in lines if l]
 
 
-def write_check(measured, out, plot=True):
+def dtype_label(run):
+    return f"{run.reduce_dtype}/{run.param_dtype}"
+
+
+DTYPE_ORDER = {"fp32/fp32": 0, "bf16/fp32": 1, "fp32/bf16": 2, "bf16/bf16": 3}
+
+
+def pair_key(run):
+    """Runs that differ in the wire dtype only (same link, ranks, strategy, bucket, model, batch)."""
+    return (run.rate_mbit is None, run.rate_mbit or 0, run.hosts, STRATEGIES.index(run.strategy), run.bucket_mb,
+            run.batch, run.seq_len, run.accumulation, json.dumps(run.config, sort_keys=True))
+
+
+def reduced_precision_table(rows, runs, fits):
+    """measured-bf16/: each run against the fp32 run of its pair (same link, ranks, strategy, bucket,
+    model and batch): step measured and predicted, each as a ratio to the fp32 run's, the bytes
+    handed to the reductions per step, and what the model says the wire dtype saves at this run's
+    own compute (its prediction with fp32 on the wire, less its prediction)."""
+    lines = ["| run | reduce / gather dtype | MB reduced per step: meas / model | exposed pred (s) | step meas (s) | "
+             "step pred (s) | step err % | step vs fp32: meas | step vs fp32: pred | model: saved by the dtype (s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    base = {pair_key(row.run): row for row in rows if dtype_label(row.run) == "fp32/fp32"}
+    for row in rows:
+        r, pr, fp32 = row.run, row.predicted, base.get(pair_key(row.run))
+        network = FittedNetwork(fits[(rate_token(r.rate_mbit), r.world)])
+        as_fp32 = predict_run(dataclasses.replace(r, reduce_dtype="fp32", param_dtype="fp32"), runs, network).predicted
+        ratios = (fmt(r.step / fp32.run.step), fmt(pr.step / fp32.predicted.step)) if fp32 and fp32 is not row else ("", "")
+        saved = "" if dtype_label(r) == "fp32/fp32" else f"{as_fp32.step - pr.step:.3f}"
+        lines.append(f"| {r.name} | {r.reduce_dtype} / {r.param_dtype} | {fmt(r.reduced_bytes / 1e6, 2)} / "
+                     f"{pr.reduced_bytes / 1e6:.2f} | {pr.exposed:.3f} | {r.step:.3f} | {pr.step:.3f} | "
+                     f"{fmt(percent(pr.step, r.step), 1)} | {ratios[0]} | {ratios[1]} | {saved} |")
+    return lines
+
+
+def reduced_precision_section(directory, measured, rows, runs, fits):
+    """check.md's section on measured-bf16/ (bench/reduced_precision.sh hosts)."""
+    rows = sorted(rows, key=lambda row: (pair_key(row.run), DTYPE_ORDER[dtype_label(row.run)]))
+    def bench_folder(rate, p):  # as load_measured chose it
+        own = os.path.exists(os.path.join(directory, f"allreduce-{rate}-{p}r.txt"))
+        return os.path.basename(os.path.normpath(directory if own else measured))
+    sources = sorted({bench_folder(rate, p) for rate, p in fits})
+    lines = ["## Reduced-precision communication: fp32 against bf16 on the wire", "",
+             f"Generated from `{os.path.basename(os.path.normpath(directory))}/` (bench/reduced_precision.sh hosts: "
+             "each strategy with fp32 and with bf16 gradient reductions, fsdp also with bf16 parameter gathers, run "
+             "back to back). The links' alpha and beta are fitted to the bench_allreduce files of "
+             + ", ".join(f"`{source}/`" for source in sources) +
+             " (the same shaped links; no link benchmark in this folder). fsdp's forward and backward compute, and "
+             "the sharded strategies' optimizer compute, come from this folder's ddp runs of the same link, fp32 and "
+             "bf16 alike (the wire dtype does not change the compute).", "",
+             "\"MB reduced per step\" is results.json's `gradient_bytes_reduced_per_rank` / global_step (the bytes "
+             "handed to the gradient reductions, in the wire dtype, ddp's fp32 mask of rows included) against the "
+             "model's. \"step vs fp32\" is the step over the fp32 run's of the same pair; \"saved by the dtype\" is "
+             "the model's step for this run with fp32 on the wire less its step as run.", ""]
+    lines += reduced_precision_table(rows, runs, fits) + [""]
+    phases = fsdp_phase_table(rows)
+    if phases:
+        lines += ["fsdp by phase (as in \"fsdp by phase\" above):", ""] + phases + [""]
+    lines += ERROR_HEADER + [l for l in [error_line("all", rows)] + [
+        error_line(f"reduce {dtype}", [r for r in rows if r.run.reduce_dtype == dtype]) for dtype in WIRE_BYTES] + [
+        error_line(strategy, [r for r in rows if r.run.strategy == strategy]) for strategy in STRATEGIES
+        if any(r.run.strategy == strategy for r in rows)] if l]
+    return lines + [""]
+
+
+def write_check(measured, out, plot=True, reduced_precision=None):
+    """`reduced_precision`: a folder of bench/reduced_precision.sh runs (fp32/bf16 pairs), checked in
+    a section of its own where it exists. Returns the rows of both."""
     runs, fits = load_measured(measured)
     rows = [predict_run(run, runs, FittedNetwork(fits[(rate_token(run.rate_mbit), run.world)])) for run in runs]
     lines = ["# Scaling model check: predicted vs measured (CPU, mpibert over MPI)", "",
@@ -974,13 +1089,19 @@ def write_check(measured, out, plot=True):
     missing = [s for s in STRATEGIES if not any(r.run.strategy == s for r in rows)]
     if missing:
         lines += [f"No measured run of: {', '.join(missing)}.", ""]
-    mismatched = [r.run.name for r in rows if r.run.buckets_measured != r.buckets_model]
+    extra = []
+    if reduced_precision is not None and os.path.isdir(reduced_precision):
+        bf16_runs, bf16_fits = load_measured(reduced_precision, measured)
+        extra = [predict_run(run, bf16_runs, FittedNetwork(bf16_fits[(rate_token(run.rate_mbit), run.world)]))
+                 for run in bf16_runs]
+        lines += reduced_precision_section(reduced_precision, measured, extra, bf16_runs, bf16_fits)
+    mismatched = [r.run.name for r in rows + extra if r.run.buckets_measured != r.buckets_model]
     if mismatched:
         lines += [f"**Bucket count differs from mpibert's in: {', '.join(mismatched)}** (the model's bucket rule is wrong there).", ""]
     write_text(os.path.join(out, "check.md"), "\n".join(lines))
     if plot:
         plot_check(rows, os.path.join(out, "check.png"))
-    return rows
+    return rows + extra
 
 
 # ----------------------------------------------------------------------------------------
@@ -1248,11 +1369,12 @@ def load_embedding_rows(raw, path):
     return EmbeddingRows(points, require(table, "vocab_size", file, int))
 
 
-def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len, embedding_rows=None):
+def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len, embedding_rows=None,
+                  reduce_dtype="fp32", param_dtype="fp32"):
     """`embedding_rows`: ddp's sparse exchange sends that many rows (None: the embedding dense)."""
     optimizer = compute.optimizer / p if strategy in SHARDED_STRATEGIES else compute.optimizer
     inp = StepInput(compute.data, compute.forward, compute.backward, optimizer, strategy, p, len(parameter_list(config)),
-                    embedding_rows if strategy == "ddp" else None)
+                    embedding_rows if strategy == "ddp" else None, reduce_dtype, param_dtype)
     return simulate(config, seq_len, inp, bucket_mb, cluster)
 
 
@@ -1281,6 +1403,15 @@ class Projection:
     strategies: dict = field(default_factory=dict)  # ddp/zero1/zero2 at 25 MiB, fsdp, "ddp dense": StepResult
     compute: Compute = None
     embedding_rows: float = 0.0  # the rows a step's global batch touches (ddp's sparse exchange)
+    wire: dict = field(default_factory=dict)  # 25 MiB, bf16 on the wire: WIRE_VARIANTS' labels -> StepResult
+    cluster: Cluster = None
+
+
+# The reduced-precision variants `project` compares with fp32: (label, strategy, embedding rows by
+# touched rows?, reduce dtype, param dtype).
+WIRE_VARIANTS = [("ddp bf16", "ddp", True, "bf16", "fp32"), ("ddp dense bf16", "ddp", False, "bf16", "fp32"),
+                 ("zero2 bf16", "zero2", True, "bf16", "fp32"), ("fsdp bf16", "fsdp", True, "bf16", "fp32"),
+                 ("fsdp bf16 gathers", "fsdp", True, "bf16", "bf16")]
 
 
 def fastest_option(config, compute, cluster, p, seq_len, fsdp, rows):
@@ -1310,7 +1441,11 @@ def run_projections(raw, configs, path):
                     best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"], rows)
                     if p == 1:
                         label = "(no communication)"
-                    out.append(Projection(model, gpu, net, p, by_strategy["ddp"], best, label, one, by_strategy, compute, rows))
+                    wire = {name: project_point(config, compute, cluster, p, strategy, 25, seq_len,
+                                                rows if by_rows else None, reduce, param)
+                            for name, strategy, by_rows, reduce, param in WIRE_VARIANTS}
+                    out.append(Projection(model, gpu, net, p, by_strategy["ddp"], best, label, one, by_strategy, compute,
+                                          rows, wire, cluster))
     return out, batch
 
 
@@ -1372,9 +1507,76 @@ def sparse_embedding_table(projections, configs):
     return lines
 
 
-def exposed_ms(pr, strategy):
+def exposed_ms(pr, strategy, result=None):
     """Everything in the step that is not compute (communication the step waits for), ms."""
-    return (pr.strategies[strategy].step - compute_seconds(pr.compute, strategy, pr.p)) * 1e3
+    result = result or pr.strategies[strategy]
+    return (result.step - compute_seconds(pr.compute, strategy, pr.p)) * 1e3
+
+
+def wire_dtype_table(projections):
+    """Efficiency with fp32 and with bf16 on the wire, 25 MiB buckets, at 64 and 512 GPUs."""
+    lines = ["| model | GPU | network | GPUs | ddp | ddp, embedding dense | zero1/zero2 | "
+             "fsdp: fp32 → bf16 reduce → also bf16 gathers | ddp exposed (ms) | MB sent per GPU per step: ddp | fsdp |",
+             "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- |"]
+    for pr in projections:
+        if pr.p not in (64, 512):
+            continue
+        w, st = pr.wire, pr.strategies
+        def eff(result):
+            return f"{pr.one_gpu / result.step:.3f}"
+        lines.append(f"| {pr.model} | {pr.gpu} | {pr.net} | {pr.p} | {eff(st['ddp'])} → {eff(w['ddp bf16'])} | "
+                     f"{eff(st['ddp dense'])} → {eff(w['ddp dense bf16'])} | {eff(st['zero2'])} → {eff(w['zero2 bf16'])} | "
+                     f"{eff(st['fsdp'])} → {eff(w['fsdp bf16'])} → {eff(w['fsdp bf16 gathers'])} | "
+                     f"{exposed_ms(pr, 'ddp'):.1f} → {exposed_ms(pr, 'ddp', w['ddp bf16']):.1f} | "
+                     f"{st['ddp'].network_bytes / 1e6:.0f} → {w['ddp bf16'].network_bytes / 1e6:.0f} | "
+                     f"{st['fsdp'].network_bytes / 1e6:.0f} → {w['fsdp bf16'].network_bytes / 1e6:.0f} → "
+                     f"{w['fsdp bf16 gathers'].network_bytes / 1e6:.0f} |")
+    return lines
+
+
+def ddp_communication(pr, config, dtype):
+    """ddp 25 MiB with the embedding by rows: (the buckets' all-reduces summed, the word embedding's
+    exchange, the mask's all-reduce), seconds, as the FIFO runs them one after another."""
+    _, groups = strategy_groups(config, "ddp", 25, pr.p, sparse_embedding=True)
+    mask, rows = sparse_exchange_bytes(config, pr.embedding_rows, dtype)
+    buckets = sum(pr.cluster.cost("all_reduce", g.wire_bytes(dtype), pr.p)[0] for g in groups[:-1])
+    embedding = rows if rows is not None else groups[-1].wire_bytes(dtype)
+    return buckets, pr.cluster.cost("all_reduce", embedding, pr.p)[0], pr.cluster.cost("all_reduce", mask, pr.p)[0]
+
+
+def reduced_precision_paragraph(projections, configs, model="bert-base", gpu="H100", net="IB100", p=64):
+    """What bf16 on the wire buys where the issue asked (bert-base ddp, 64 H100s, IB 100), and why."""
+    pr = find_projection(projections, model, gpu, net, p)
+    config, w, st = configs[model], pr.wire, pr.strategies
+    b32, e32, mask = ddp_communication(pr, config, "fp32")
+    b16, e16, _ = ddp_communication(pr, config, "bf16")
+    backward = pr.compute.backward * 1e3
+    doubled = [x for x in projections if (x.model, x.gpu, x.p) == (model, gpu, p) and x.cluster.net_Bps ==
+               2 * pr.cluster.net_Bps]
+    fits = "fit inside the backward" if b16 * 1e3 <= backward else "still outlast the backward"
+    text = (f"{model} ddp (25 MiB, the word embedding by touched rows) on {p} {gpu}s over {net}: efficiency "
+            f"{pr.one_gpu / st['ddp'].step:.3f} with fp32 reductions, {pr.one_gpu / w['ddp bf16'].step:.3f} with bf16 "
+            f"(the embedding all-reduced whole: {pr.one_gpu / st['ddp dense'].step:.3f} → "
+            f"{pr.one_gpu / w['ddp dense bf16'].step:.3f}); the exposed communication goes from "
+            f"{exposed_ms(pr, 'ddp'):.1f} to {exposed_ms(pr, 'ddp', w['ddp bf16']):.1f} ms a step. In fp32 the "
+            f"buckets' all-reduces take {b32 * 1e3:.1f} ms against a backward of {backward:.1f} ms, so they queue "
+            f"past its end, and behind them the word embedding's rows ({pr.embedding_rows:,.0f} of "
+            f"{config['vocab_size']:,}, ready only when backward ends) take {e32 * 1e3:.1f} ms that can never "
+            f"overlap. bf16 halves both: the buckets' {b16 * 1e3:.1f} ms {fits}, and the rows' all-reduce takes "
+            f"{e16 * 1e3:.1f} ms. What does not shrink: the mask of touched rows (fp32, "
+            f"{4 * config['vocab_size'] / 1e3:.0f} KB, {mask * 1e3:.2f} ms, issued as backward starts), the norm "
+            f"all-reduce and zero1/zero2's parameter all-gather after the step (fp32). So zero1/zero2 gain least "
+            f"({pr.one_gpu / st['zero2'].step:.3f} → {pr.one_gpu / w['zero2 bf16'].step:.3f}): their reduce-scatters, "
+            f"half an all-reduce's bytes, leave {st['zero2'].tail * 1e3:.1f} → {w['zero2 bf16'].tail * 1e3:.1f} ms "
+            f"after backward, but the {st['zero2'].gather * 1e3:.1f} ms after the step stay. fsdp gains on its "
+            f"reduce-scatters ({pr.one_gpu / st['fsdp'].step:.3f} → {pr.one_gpu / w['fsdp bf16'].step:.3f}) and most "
+            f"on its gathers, twice as many, with `--param-dtype bf16` ({pr.one_gpu / w['fsdp bf16 gathers'].step:.3f}).")
+    if doubled:
+        faster = doubled[0].one_gpu / doubled[0].strategies["ddp"].step
+        same = abs(faster - pr.one_gpu / w["ddp bf16"].step) < 5e-4  # the NIC, not NVLink, sets beta in both
+        text += (f" {'Halving the bytes is worth a NIC twice as fast: f' if same else 'F'}p32 over "
+                 f"{doubled[0].net} gives {faster:.3f}.")
+    return text
 
 
 def fsdp_exposed_split(pr):
@@ -1604,6 +1806,14 @@ features and extrapolated beyond (clusters.json `embedding_rows`: an assumption)
 treats the rows' all-reduce as any all-reduce of that many bytes; the copies in and out
 (index_select, index_copy_) and the host's wait for the union's size are not modelled."""
 
+REDUCED_PRECISION_NOTES = """With `--reduce-dtype bf16` every gradient reduction moves 2 bytes per element instead of 4:
+ddp's bucket all-reduces and its word embedding's rows, zero1/zero2/fsdp's reduce-scatters; with
+`--param-dtype bf16` fsdp's parameter gathers in forward and backward too. The buckets stay as they
+are (capacity in fp32 bytes); ddp's mask of touched rows, the norm all-reduce, the sample count and
+zero1/zero2's parameter all-gather after the step stay fp32. The casts and the bf16 sum's rounding
+are not charged (elementwise, small against the transfer), and the projection's other tables keep
+fp32 on the wire (mpibert's default)."""
+
 PROJECTION_NOTES = """## What the projection assumes
 
 - One GPU's step at batch 32, sequence 384: bert-base from the reference throughput (A100: HF Trainer
@@ -1613,8 +1823,9 @@ PROJECTION_NOTES = """## What the projection assumes
   forward (1/3) + backward (2/3). bert-large = bert-base x params ratio (6*params*tokens FLOPs).
   The plain PyTorch loop on the H100 (729 samples/s) would make compute 19% shorter and scaling a
   little worse.
-- Gradients in fp32 (4 bytes per parameter), bucketed as mpibert does; ready times from the FLOP share
-  of each parameter's backward; buckets reduced one at a time in order (NCCL stream).
+- Gradients in fp32 (4 bytes per parameter; bf16 only in "Reduced-precision communication"), bucketed
+  as mpibert does; ready times from the FLOP share of each parameter's backward; buckets reduced one at
+  a time in order (NCCL stream).
 - Inside a node: NVLink bus bandwidth (A100 235 GB/s from NCCL's own model; H100 353 GB/s, an
   assumption). Across nodes: one NIC of the stated rate per node (a DGX has 8: this is the pessimistic
   case), and a multi-node ring pushes 2(p-1)/p x bucket bytes through each node's NIC, so
@@ -1675,6 +1886,11 @@ def write_projection(clusters_path, out, plot=True):
               "Efficiency, the embedding all-reduced dense → by the rows the global batch touched "
               f"(batch {batch} per GPU; over {100 * SPARSE_ROWS_MAX_FRACTION:.0f}% of the vocabulary it goes dense):", ""]
     lines += sparse_embedding_table(projections, configs)
+    lines += ["", "## Reduced-precision communication (--reduce-dtype bf16, fsdp's --param-dtype bf16)", "",
+              REDUCED_PRECISION_NOTES, "", reduced_precision_paragraph(projections, configs), "",
+              "Efficiency fp32 → bf16 reductions (25 MiB buckets; fsdp also with bf16 gathers), the ddp step's exposed "
+              "communication and the bytes each GPU sends:", ""]
+    lines += wire_dtype_table(projections)
     lines += ["", "## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets)", ""] + strategy_summary(projections)
     lines += ["", "Bytes each GPU sends per step (ring formulas, (p-1)/p x bytes per gather or reduce-scatter, "
               "2(p-1)/p per all-reduce), from the simulated collectives:", ""] + traffic_paragraph(projections, configs)
@@ -1850,6 +2066,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["check", "project", "all"])
     parser.add_argument("--measured", default=os.path.join(DATA_DIR, "measured"))
+    parser.add_argument("--measured-bf16", default=os.path.join(DATA_DIR, "measured-bf16"),
+                        help="bench/reduced_precision.sh's runs, checked where the folder exists")
     parser.add_argument("--clusters", default=os.path.join(DATA_DIR, "clusters.json"))
     parser.add_argument("--out", default=DATA_DIR)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG files")
@@ -1859,7 +2077,7 @@ def main(argv=None):
             write_projection(args.clusters, args.out, plot=not args.no_plot)
             print(f"wrote {os.path.join(args.out, 'projection.md')}")
         if args.command in ("check", "all"):
-            write_check(args.measured, args.out, plot=not args.no_plot)
+            write_check(args.measured, args.out, plot=not args.no_plot, reduced_precision=args.measured_bf16)
             print(f"wrote {os.path.join(args.out, 'check.md')}")
     except InputError as error:
         print(f"scaling-model: {error}", file=sys.stderr)

@@ -129,6 +129,57 @@ class SparseEmbeddingExchange(unittest.TestCase):
                              m.simulate(self.config, 384, dense, 25, self.network))
 
 
+class WireDtype(unittest.TestCase):
+    """--reduce-dtype bf16 halves every gradient reduction; --param-dtype bf16 fsdp's gathers."""
+
+    def setUp(self):
+        self.config = m.load_config(SMALL)
+        self.network = m.Link(1e-3, 1e-8)  # the ring formulas: nothing on one rank
+        self.tensors = len(m.parameter_list(self.config))
+
+    def step(self, strategy, rows=None, reduce="fp32", param="fp32", world=2):
+        inp = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, world, self.tensors, rows, reduce, param)
+        return m.simulate(self.config, 384, inp, 25, self.network)
+
+    def norm_bytes(self, world=2):
+        return m.ring_bytes("all_reduce", 8 * self.tensors, world)
+
+    def test_ddp_buckets_and_rows_halve_but_not_the_mask(self):
+        fp32, bf16 = self.step("ddp"), self.step("ddp", reduce="bf16")
+        self.assertEqual(bf16.buckets, fp32.buckets)  # capacity is by fp32 bytes
+        self.assertAlmostEqual(bf16.network_bytes, fp32.network_bytes / 2)
+        self.assertAlmostEqual(bf16.reduced_bytes, fp32.reduced_bytes / 2)
+        self.assertLess(bf16.step, fp32.step)
+        mask = 4 * self.config["vocab_size"]
+        fp32, bf16 = self.step("ddp", 1000), self.step("ddp", 1000, "bf16")
+        self.assertAlmostEqual(bf16.reduced_bytes, mask + (fp32.reduced_bytes - mask) / 2)
+        self.assertAlmostEqual(fp32.reduced_bytes - bf16.reduced_bytes, 2 * 1000 * self.config["hidden_size"] +
+                               (fp32.reduced_bytes - mask - 4 * 1000 * self.config["hidden_size"]) / 2)
+
+    def test_zero_reduce_scatters_halve_but_not_the_gather_after_the_step(self):
+        for strategy in ("zero1", "zero2"):
+            fp32, bf16 = self.step(strategy), self.step(strategy, reduce="bf16")
+            self.assertAlmostEqual(bf16.reduced_bytes, fp32.reduced_bytes / 2)
+            self.assertEqual(bf16.gather, fp32.gather)  # the norm all-reduce and the fp32 all-gather
+            self.assertAlmostEqual(fp32.network_bytes - bf16.network_bytes,
+                                   m.ring_bytes("reduce_scatter", fp32.reduced_bytes, 2) / 2)
+
+    def test_param_dtype_applies_to_fsdp_gathers_only(self):
+        fp32 = self.step("fsdp")
+        reduce = self.step("fsdp", reduce="bf16")
+        both = self.step("fsdp", reduce="bf16", param="bf16")
+        self.assertAlmostEqual(reduce.reduced_bytes, fp32.reduced_bytes / 2)
+        self.assertEqual(both.reduced_bytes, reduce.reduced_bytes)
+        self.assertAlmostEqual(both.network_bytes - self.norm_bytes(), (fp32.network_bytes - self.norm_bytes()) / 2)
+        self.assertLess(both.step, reduce.step)
+        self.assertLess(reduce.step, fp32.step)
+        self.assertEqual(self.step("ddp", param="bf16"), self.step("ddp"))
+
+    def test_one_rank_sends_nothing_in_either_dtype(self):
+        for strategy in m.STRATEGIES:
+            self.assertEqual(self.step(strategy, world=1, reduce="bf16", param="bf16"), self.step(strategy, world=1))
+
+
 class EmbeddingRowsTable(unittest.TestCase):
     def setUp(self):
         self.rows = m.EmbeddingRows([(8, 500.0), (16, 900.0), (32, 1600.0)], 30522)
@@ -237,6 +288,32 @@ class Projection(unittest.TestCase):
                 self.assertGreaterEqual(b, a - 1e-12)
 
 
+class ProjectionWireDtype(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        Projection.setUpClass.__func__(cls)
+
+    def test_bf16_never_slower_and_halves_ddp_bytes(self):
+        for pr in self.projections:
+            self.assertEqual(sorted(pr.wire), sorted(v[0] for v in m.WIRE_VARIANTS))
+            pairs = [("ddp", "ddp bf16"), ("ddp dense", "ddp dense bf16"), ("zero2", "zero2 bf16"),
+                     ("fsdp", "fsdp bf16")]
+            for fp32, bf16 in pairs:
+                self.assertLessEqual(pr.wire[bf16].step, pr.strategies[fp32].step + 1e-12)
+            self.assertLessEqual(pr.wire["fsdp bf16 gathers"].step, pr.wire["fsdp bf16"].step + 1e-12)
+            self.assertAlmostEqual(pr.wire["ddp dense bf16"].network_bytes, pr.strategies["ddp dense"].network_bytes / 2)
+            self.assertEqual(pr.wire["zero2 bf16"].gather, pr.strategies["zero2"].gather)
+
+    def test_half_the_bytes_on_ib100_is_fp32_on_ib200(self):
+        # Across nodes beta is the NIC's (slower than NVLink): bf16 over 100 Gbit/s = fp32 over 200, but
+        # for the collectives that stay fp32 (the sample count's 16 bytes, the norm's: nanoseconds).
+        for model in ("bert-base", "bert-large"):
+            slow = m.find_projection(self.projections, model, "H100", "IB100", 64)
+            fast = m.find_projection(self.projections, model, "H100", "IB200", 64)
+            self.assertAlmostEqual(slow.wire["ddp bf16"].step, fast.strategies["ddp"].step, delta=1e-7)
+            self.assertAlmostEqual(slow.wire["fsdp bf16 gathers"].step, fast.strategies["fsdp"].step, delta=2e-6)
+
+
 def write_bench(path, alpha, beta, p):
     """bench_allreduce-style output whose times follow the ring formulas exactly."""
     lines = [f"# mpibert bench_allreduce: backend mpi, {p} ranks, dtype float"]
@@ -342,6 +419,73 @@ class Check(MeasuredDirCase):
         with self.assertRaises(m.InputError) as caught:
             m.parse_bench(path)
         self.assertIn("allreduce-100-2r.txt:", str(caught.exception))
+
+
+class CheckWireDtype(MeasuredDirCase):
+    """link.json's reduce_dtype/param_dtype (absent: fp32) and a measured-bf16/ folder of pairs."""
+
+    def link(self, strategy="ddp", **dtypes):
+        return dict({"rate_mbit": 100, "delay_ms": 0, "hosts": 2, "bucket_mb": 25, "strategy": strategy}, **dtypes)
+
+    def test_a_bf16_run_is_predicted_with_half_the_bytes(self):
+        write_run(os.path.join(self.measured, "fp32"))
+        write_run(os.path.join(self.measured, "bf16"), link=self.link(reduce_dtype="bf16"),
+                  parallel={"reduce_dtype": "bf16", "gradient_bytes_reduced_per_rank": 10 * 8739332})
+        rows = {r.run.name: r for r in m.write_check(self.measured, self.tmp.name, plot=False)}
+        self.assertEqual(rows["fp32"].run.reduce_dtype, "fp32")
+        self.assertEqual(rows["bf16"].run.reduce_dtype, "bf16")
+        self.assertAlmostEqual(rows["bf16"].predicted.reduced_bytes, rows["fp32"].predicted.reduced_bytes / 2)
+        self.assertAlmostEqual(rows["bf16"].run.reduced_bytes, 8739332)
+        # Bucket 1 (16,683,008 fp32 bytes) is exposed whole: half its bytes in bf16.
+        self.assertAlmostEqual(rows["fp32"].predicted.exposed - rows["bf16"].predicted.exposed,
+                               16683008 / 2 * self.beta, delta=2e-4)
+
+    def test_results_json_must_agree_with_link_json(self):
+        write_run(os.path.join(self.measured, "bad"), link=self.link(), parallel={"reduce_dtype": "bf16"})
+        with self.assertRaises(m.InputError) as caught:
+            m.write_check(self.measured, self.tmp.name, plot=False)
+        self.assertIn("link.json", str(caught.exception))
+        self.assertIn("reduce_dtype", str(caught.exception))
+
+    def test_unknown_dtype_names_the_file(self):
+        write_run(os.path.join(self.measured, "bad"), "fsdp", link=self.link("fsdp", param_dtype="fp16"))
+        with self.assertRaises(m.InputError) as caught:
+            m.write_check(self.measured, self.tmp.name, plot=False)
+        self.assertIn("link.json", str(caught.exception))
+        self.assertIn("fp16", str(caught.exception))
+
+    def test_pairs_are_checked_with_the_measured_links(self):
+        write_run(os.path.join(self.measured, "ddp-100"))
+        bf16 = os.path.join(self.tmp.name, "measured-bf16")
+        for name, reduce, param in (("fsdp-fp32-fp32", "fp32", "fp32"), ("fsdp-bf16-fp32", "bf16", "fp32"),
+                                    ("fsdp-bf16-bf16", "bf16", "bf16")):
+            write_run(os.path.join(bf16, name), "fsdp", link=self.link("fsdp", reduce_dtype=reduce, param_dtype=param),
+                      parallel={"reduce_dtype": reduce, "param_dtype": param})
+        write_run(os.path.join(bf16, "ddp-fp32-fp32"), link=self.link(reduce_dtype="fp32", param_dtype="fp32"))
+        rows = {r.run.name: r for r in m.write_check(self.measured, self.tmp.name, plot=False, reduced_precision=bf16)}
+        self.assertEqual(len(rows), 5)  # the bench file comes from measured/
+        steps = [rows[f"fsdp-{v}"].predicted.step for v in ("fp32-fp32", "bf16-fp32", "bf16-bf16")]
+        self.assertGreater(steps[0], steps[1])
+        self.assertGreater(steps[1], steps[2])
+        self.assertEqual(rows["fsdp-bf16-bf16"].compute_source, "ddp run ddp-fp32-fp32")
+        with open(os.path.join(self.tmp.name, "check.md")) as f:
+            text = f.read()
+        self.assertIn("## Reduced-precision communication", text)
+        self.assertIn("`measured/`", text)
+        line = next(l for l in text.splitlines() if l.startswith("| fsdp-bf16-bf16 | bf16 / bf16 |"))
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        self.assertEqual(cells[7], "1.000")  # the same measured step: only the prediction moves
+        self.assertEqual(cells[8], f"{steps[2] / steps[0]:.3f}")
+        self.assertEqual(cells[9], f"{steps[0] - steps[2]:.3f}")  # the same compute: the dtype's saving
+
+    def test_no_folder_leaves_the_check_as_it_was(self):
+        write_run(os.path.join(self.measured, "ddp-100"))
+        m.write_check(self.measured, self.tmp.name, plot=False)
+        with open(os.path.join(self.tmp.name, "check.md")) as f:
+            before = f.read()
+        m.write_check(self.measured, self.tmp.name, plot=False, reduced_precision=os.path.join(self.tmp.name, "none"))
+        with open(os.path.join(self.tmp.name, "check.md")) as f:
+            self.assertEqual(f.read(), before)
 
 
 class FakeNetwork:
