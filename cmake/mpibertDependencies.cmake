@@ -1,6 +1,8 @@
-# The libraries mpibert's targets link, as imported targets (CMakeLists.txt includes this; with
-# MPIBERT_FINDING_PACKAGE set, a missing one ends the including file with mpibert_FOUND false
-# instead of stopping CMake). LibTorch is not here: CMakeLists.txt finds it.
+# The libraries mpibert's targets link, as imported targets: found once for the build
+# (CMakeLists.txt) and again by the installed package's mpibertConfig.cmake for a project that
+# links mpibert (MPIBERT_FINDING_PACKAGE set there: a missing one then makes find_package(mpibert)
+# fail with its name instead of stopping CMake). LibTorch is not here: CMakeLists.txt and the config
+# each find it their own way.
 
 if(MPIBERT_FINDING_PACKAGE)
   include(CMakeFindDependencyMacro)

@@ -8,7 +8,7 @@
 # scripts/install-deps.sh adds.
 #
 # Defines the imported targets mpibert::torch_libraries (headers, libraries) and, for a CUDA wheel,
-# mpibert::cudart; sets
+# mpibert::cudart (the installed package's config calls it too, for the projects that link mpibert); sets
 # MPIBERT_TORCH_CUDA, TORCH_INSTALL_PREFIX (the torch package folder) and, for a CUDA wheel,
 # CMAKE_BUILD_RPATH (the wheel's library folders, first) in the caller's scope.
 #
