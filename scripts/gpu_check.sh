@@ -150,7 +150,7 @@ print(next((p for p in (site + "/nvidia/nccl/include/nccl.h", "/usr/include/nccl
     || { tail -40 "$build_dir/configure.log" >&2; die "configuring failed (above; all of it in $build_dir/configure.log)"; }
   grep "mpibert:" "$build_dir/configure.log" || true
   # Each package from the bundle, not from elsewhere on this machine.
-  for var in spdlog_DIR nlohmann_json_DIR CLI11_INCLUDE_DIR UTF8PROC_INCLUDE_DIR UTF8PROC_LIBRARY; do
+  for var in spdlog_DIR nlohmann_json_DIR CLI11_DIR UTF8PROC_INCLUDE_DIR UTF8PROC_LIBRARY; do
     value=$(sed -n "s/^$var:[A-Z]*=//p" "$build_dir/CMakeCache.txt")
     case $value in
       "$prefix"/*) ;;

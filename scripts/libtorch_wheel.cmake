@@ -7,7 +7,8 @@
 # libcudart.so.N, plus the headers of nvidia-cuda-crt and nvidia-cuda-cccl, which
 # scripts/install-deps.sh adds.
 #
-# Defines mpibert_torch_libraries (headers, libraries) and, for a CUDA wheel, mpibert_cudart; sets
+# Defines the imported targets mpibert::torch_libraries (headers, libraries) and, for a CUDA wheel,
+# mpibert::cudart (the installed package's config calls it too, for the projects that link mpibert); sets
 # MPIBERT_TORCH_CUDA, TORCH_INSTALL_PREFIX (the torch package folder) and, for a CUDA wheel,
 # CMAKE_BUILD_RPATH (the wheel's library folders, first) in the caller's scope.
 #
@@ -38,8 +39,8 @@ function(mpibert_import_libtorch_wheel python)
   if(cuda_version)
     list(APPEND libraries torch_cuda c10_cuda)
   endif()
-  add_library(mpibert_torch_libraries INTERFACE)
-  target_include_directories(mpibert_torch_libraries SYSTEM INTERFACE
+  add_library(mpibert::torch_libraries INTERFACE IMPORTED)
+  target_include_directories(mpibert::torch_libraries SYSTEM INTERFACE
     "${torch_root}/include" "${torch_root}/include/torch/csrc/api/include")
   foreach(name IN LISTS libraries)
     # Imported targets, so that the link puts their folder on the programs' RPATH.
@@ -49,11 +50,11 @@ function(mpibert_import_libtorch_wheel python)
     endif()
     add_library(mpibert_wheel_${name} SHARED IMPORTED)
     set_target_properties(mpibert_wheel_${name} PROPERTIES IMPORTED_LOCATION "${file}")
-    target_link_libraries(mpibert_torch_libraries INTERFACE mpibert_wheel_${name})
+    target_link_libraries(mpibert::torch_libraries INTERFACE mpibert_wheel_${name})
   endforeach()
   # libtorch_cpu and libtorch_cuda register their kernels when loaded: nothing of ours calls them
   # by name, so a linker that drops unreferenced libraries (--as-needed, Ubuntu's default) must not.
-  target_link_options(mpibert_torch_libraries INTERFACE "LINKER:--no-as-needed")
+  target_link_options(mpibert::torch_libraries INTERFACE "LINKER:--no-as-needed")
 
   if(cuda_version)
     string(REGEX MATCH "^[0-9]+" cuda_major "${cuda_version}")
@@ -76,10 +77,10 @@ function(mpibert_import_libtorch_wheel python)
     add_library(mpibert_wheel_cudart SHARED IMPORTED)
     set_target_properties(mpibert_wheel_cudart PROPERTIES IMPORTED_LOCATION "${MPIBERT_CUDART_LIBRARY}"
       INTERFACE_INCLUDE_DIRECTORIES "${MPIBERT_CUDART_INCLUDE_DIR}")
-    add_library(mpibert_cudart INTERFACE)
-    target_link_libraries(mpibert_cudart INTERFACE mpibert_wheel_cudart)
+    add_library(mpibert::cudart INTERFACE IMPORTED)
+    target_link_libraries(mpibert::cudart INTERFACE mpibert_wheel_cudart)
     # LibTorch's CUDA headers (c10/cuda, ATen/cuda) include the runtime's.
-    target_include_directories(mpibert_torch_libraries SYSTEM INTERFACE "${MPIBERT_CUDART_INCLUDE_DIR}")
+    target_include_directories(mpibert::torch_libraries SYSTEM INTERFACE "${MPIBERT_CUDART_INCLUDE_DIR}")
     set(MPIBERT_TORCH_CUDA ON PARENT_SCOPE)
     # The wheel's library folders first on every program's RUNPATH, ahead of those of MPI or HDF5:
     # a folder beside a CUDA toolkit must not supply another CUDA runtime (check_runpath.py checks).

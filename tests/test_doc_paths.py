@@ -24,7 +24,7 @@ import unittest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ["README.md", "jobs/README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
 FOLDERS = ("src/", "include/", "scripts/", "jobs/", "tests/", "bench/", "configs/", "data_prep/", "results/", ".ci/",
-           "docs/", "tools/")
+           "docs/", "tools/", "cmake/")
 MADE_BY_RUNS = ("build/", ".venv", "bench/.venv-hf", "results/main/", "results/sample", "results/comparison",
                 "data_prep/downloads/")
 PLACEHOLDER = re.compile(r"(^|[/-])[A-Z][A-Z_]+([/.-]|$)")  # JOB, RUN, STRATEGY, NRANKSr...

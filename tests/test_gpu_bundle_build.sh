@@ -101,7 +101,7 @@ cache=$build/CMakeCache.txt
 cached() { sed -n "s/^$1:[A-Z]*=//p" "$cache"; }
 torch_cmake=$("$work/opt-torch/bin/python3" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2> /dev/null)
 [ "$(cached Torch_DIR)" = "$torch_cmake/Torch" ] || fail "Torch_DIR is $(cached Torch_DIR), not the stand-in python3's $torch_cmake/Torch"
-for var in spdlog_DIR nlohmann_json_DIR CLI11_INCLUDE_DIR UTF8PROC_INCLUDE_DIR UTF8PROC_LIBRARY; do
+for var in spdlog_DIR nlohmann_json_DIR CLI11_DIR UTF8PROC_INCLUDE_DIR UTF8PROC_LIBRARY; do
   case $(cached $var) in "$deps"/*) ;; *) fail "$var is $(cached $var), not under $deps" ;; esac
 done
 grep -q "NCCL backend ON" "$build/configure.log" || fail "the NCCL backend is not ON ($build/configure.log)"

@@ -1,12 +1,20 @@
 // Where every rank runs, and which of them still answer when a collective hangs.
 //
 // A collective that times out says only that some rank did not take part. To name it, every rank
-// keeps a TCP port open for the job's lifetime (listening, never accepting: the kernel completes a
-// connection in the listen backlog, which is all a probe needs) and learns every rank's host and
-// port at setup. The rank that timed out connects to each peer:
-//   answers             the peer's process runs and its host is reachable (it is stuck, not gone);
+// keeps a TCP port open for the job's lifetime and learns every rank's host and probe address at
+// setup. The port listens only where the ranks reach each other: on loopback when every rank runs
+// on one host, else on this host's address on the route towards another rank's host (the address
+// the kernel picks as source for a connection there, so the interface the job's traffic uses).
+// A thread answers a connection only when it presents the job's token (random bytes that rank 0
+// draws and broadcasts over MPI at setup); anything else is closed without a byte and the
+// listener carries on. The rank that timed out connects to each peer and presents the token:
+//   answered            the peer's process runs and its host is reachable (it is stuck, not gone);
 //   connection refused  its host answers but the process is gone;
+//   no reply            its port accepts but nothing answers the token (the process is stopped, or
+//                       another program now holds the port);
 //   no answer in time   its host or the link to it is down.
+// The token keeps strangers (port scanners, stray clients) from being answered or from holding the
+// listener; it is not secret from whoever can read the job's MPI or probe traffic.
 #pragma once
 
 #include <string>
@@ -14,12 +22,17 @@
 
 namespace mpibert {
 
-// Collective over MPI_COMM_WORLD: opens this rank's probe port and exchanges host and port with
-// every rank. Host names are resolved here, once, so a timeout report needs no name service.
+// Collective over MPI_COMM_WORLD: agrees on the job's token, opens this rank's probe port (a
+// second call replaces it) and exchanges host and probe address with every rank. Host names are
+// resolved here, once, so a timeout report needs no name service.
 void publish_peer_addresses();
 
 // Every rank's host name, in rank order (empty before publish_peer_addresses).
 std::vector<std::string> peer_hosts();
+
+// Every rank's probe address, "ip:port" in rank order; empty for a rank that opened no port
+// (empty before publish_peer_addresses).
+std::vector<std::string> peer_probe_addresses();
 
 // "HOST (ranks A-B), HOST (ranks C)": where the ranks run, for the log.
 std::string describe_placement(const std::vector<std::string>& hosts);
@@ -28,7 +41,7 @@ struct PeerProbe {
   int rank = 0;
   std::string host;
   std::string address;  // "ip:port" probed
-  enum class Outcome { kAnswers, kProcessGone, kNoAnswer, kUnresolved } outcome = Outcome::kAnswers;
+  enum class Outcome { kAnswers, kProcessGone, kNoReply, kNoAnswer, kUnresolved } outcome = Outcome::kAnswers;
 };
 
 // Probes every other rank at once, waiting at most `seconds` for answers. Empty before
