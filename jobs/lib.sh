@@ -103,7 +103,7 @@ mpibert_launcher() {  # RANKS -> LAUNCH array, MPIBERT_LAUNCHER name
   fi
   # The host's launcher starts the image's programs, one container per rank (the hybrid model).
   # shellcheck disable=SC2206
-  LAUNCH+=($CONTAINER)
+  LAUNCH+=(${CONTAINER:-})
 }
 
 # --- small helpers ----------------------------------------------------------------------------
@@ -413,7 +413,7 @@ mpibert_train_job() {
   mpibert_log_begin "$(mpibert__quote "${command[@]}")"
   local status
   # With CONTAINER, MPIBERT_BIN_DIR is a folder of the image, not of this host.
-  if [ -z "$CONTAINER" ] && [ ! -x "$MPIBERT_BIN_DIR/mpibert" ]; then
+  if [ -z "${CONTAINER:-}" ] && [ ! -x "$MPIBERT_BIN_DIR/mpibert" ]; then
     echo "[mpibert-job] $MPIBERT_BIN_DIR/mpibert not found: build with bash scripts/build.sh (MPIBERT_BIN_DIR)"
     status=1
   elif [ ! -f "$TRAIN_SHARDS/manifest.json" ] && ! mpibert__has_opt --train-shards "${user_args[@]}"; then
@@ -461,7 +461,7 @@ mpibert_prep_job() {
     status=$MPIBERT_STATUS
     [ "$status" -eq 0 ] || break
     # shellcheck disable=SC2086
-    $CONTAINER "$MPIBERT_BIN_DIR/mpibert-prep" inspect "$SHARDS_DIR/$split" > "$RUN_DIR/prep_stats_$split.json" || { status=$?; break; }
+    ${CONTAINER:-} "$MPIBERT_BIN_DIR/mpibert-prep" inspect "$SHARDS_DIR/$split" > "$RUN_DIR/prep_stats_$split.json" || { status=$?; break; }
     echo "-- $split: $(grep -E '^  "(features|examples|mean_length)"' "$RUN_DIR/prep_stats_$split.json" | tr -d ' \n')" \
          "(statistics: $RUN_DIR/prep_stats_$split.json)"
   done
