@@ -101,6 +101,9 @@ mpibert_launcher() {  # RANKS -> LAUNCH array, MPIBERT_LAUNCHER name
     # shellcheck disable=SC2206
     LAUNCH=(mpirun -n "$ranks" $MPIRUN_ARGS)
   fi
+  # The host's launcher starts the image's programs, one container per rank (the hybrid model).
+  # shellcheck disable=SC2206
+  LAUNCH+=(${CONTAINER:-})
 }
 
 # --- small helpers ----------------------------------------------------------------------------
@@ -409,7 +412,8 @@ mpibert_train_job() {
   cd "$MPIBERT_ROOT" || return 1  # configs name their files relative to the repository root
   mpibert_log_begin "$(mpibert__quote "${command[@]}")"
   local status
-  if [ ! -x "$MPIBERT_BIN_DIR/mpibert" ]; then
+  # With CONTAINER, MPIBERT_BIN_DIR is a folder of the image, not of this host.
+  if [ -z "${CONTAINER:-}" ] && [ ! -x "$MPIBERT_BIN_DIR/mpibert" ]; then
     echo "[mpibert-job] $MPIBERT_BIN_DIR/mpibert not found: build with bash scripts/build.sh (MPIBERT_BIN_DIR)"
     status=1
   elif [ ! -f "$TRAIN_SHARDS/manifest.json" ] && ! mpibert__has_opt --train-shards "${user_args[@]}"; then
@@ -456,7 +460,8 @@ mpibert_prep_job() {
       --out "$SHARDS_DIR/$split" --split "$split" "$@"
     status=$MPIBERT_STATUS
     [ "$status" -eq 0 ] || break
-    "$MPIBERT_BIN_DIR/mpibert-prep" inspect "$SHARDS_DIR/$split" > "$RUN_DIR/prep_stats_$split.json" || { status=$?; break; }
+    # shellcheck disable=SC2086
+    ${CONTAINER:-} "$MPIBERT_BIN_DIR/mpibert-prep" inspect "$SHARDS_DIR/$split" > "$RUN_DIR/prep_stats_$split.json" || { status=$?; break; }
     echo "-- $split: $(grep -E '^  "(features|examples|mean_length)"' "$RUN_DIR/prep_stats_$split.json" | tr -d ' \n')" \
          "(statistics: $RUN_DIR/prep_stats_$split.json)"
   done

@@ -5,7 +5,7 @@
   or, in jobs/README.md's inline code, a script or job file of jobs/ named alone (`submit.sh`).
   Fenced blocks count too (a listing of run outputs there names no job file). Left out: what a
   build, an install or a run makes (build/, .venv/, bench/.venv-hf, results/main/, results/sample,
-  run folders) and templates with capitalized placeholders (jobs/JOB.sbatch, RUN/results.json).
+  results/container-main, run folders) and templates with capitalized placeholders (jobs/JOB.sbatch, RUN/results.json).
 - Every relative Markdown link of those files points at a file that exists, and its #anchor at one
   of that file's headings (GitHub's anchors).
 - The README's ```bash blocks: a script run as `bash X` exists; a program invoked directly (the
@@ -26,7 +26,7 @@ DOCS = ["README.md", "jobs/README.md"] + sorted(str(p.relative_to(ROOT)) for p i
 FOLDERS = ("src/", "include/", "scripts/", "jobs/", "tests/", "bench/", "configs/", "data_prep/", "results/", ".ci/",
            "docs/", "tools/", "cmake/")
 MADE_BY_RUNS = ("build/", ".venv", "bench/.venv-hf", "results/main/", "results/sample", "results/comparison",
-                "data_prep/downloads/")
+                "results/container-main", "data_prep/downloads/")
 PLACEHOLDER = re.compile(r"(^|[/-])[A-Z][A-Z_]+([/.-]|$)")  # JOB, RUN, STRATEGY, NRANKSr...
 JOB_FILE = re.compile(r"^[\w.-]+\.(sh|sbatch|toml|env)$")
 LAUNCHERS = ("mpirun", "mpiexec", "srun")
