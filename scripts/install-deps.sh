@@ -120,3 +120,10 @@ if [ -n "$header_wheels" ]; then
   # shellcheck disable=SC2086
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps $header_wheels
 fi
+
+# TensorBoard's own reader: the tests read the events files mpibert writes with it
+# (tests/read_tensorboard.py: the options as text and hparams, as TensorBoard shows them).
+if ! "$venv/bin/python3" -c 'import tensorboard' 2>/dev/null; then
+  echo "install-deps: installing tensorboard into $venv (the tests read mpibert's events with it)"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check tensorboard
+fi

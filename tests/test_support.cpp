@@ -96,6 +96,7 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
   write_shard(dir + "/" + shard_file_name(0, 1), shard);
   Manifest manifest;
   manifest.split = split;
+  manifest.input_path = input;  // as mpibert-prep records it
   manifest.num_examples = count;
   manifest.num_features = shard.header.num_features;
   manifest.vocab_size = static_cast<int64_t>(tokenizer.vocab().size());

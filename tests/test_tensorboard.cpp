@@ -3,6 +3,8 @@
 #include <cstring>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/train/tensorboard.hpp"
@@ -219,6 +221,25 @@ TEST(TensorBoardWriter, BytesAreTensorFlowEventsDecodedByHand) {
   EXPECT_EQ(value[1].number, 2u);
   EXPECT_EQ(value[1].wire_type, 5);
   EXPECT_EQ(as_float(value[1].integer), 88.25f);
+}
+
+// Text and hparams as TensorBoard itself reads them (its EventAccumulator and the hparams plugin's
+// protos, tests/read_tensorboard.py), beside the scalars.
+TEST(TensorBoardWriter, TextAndHparamsAreReadByTensorBoard) {
+  test::TempDir dir;
+  {
+    TensorBoardWriter writer(dir.path());
+    writer.add_text("args", "{\"seed\": 42}");
+    writer.add_hparams({{"learning_rate", 3e-5}, {"optim", std::string("adamw_torch_fused")}, {"bf16", true}});
+    writer.add_scalar("train/loss", 1.5, 1);
+  }
+  const test::CommandResult read =
+      test::run_command(std::string(MPIBERT_PYTHON) + " " + MPIBERT_TESTS_SOURCE_DIR + "/read_tensorboard.py " + dir.path());
+  ASSERT_EQ(read.exit_status, 0) << read.output;
+  const auto events = nlohmann::json::parse(read.output);
+  EXPECT_EQ(events["scalars"], nlohmann::json::array({"train/loss"}));
+  EXPECT_EQ(events["text"], nlohmann::json::parse(R"({"args/text_summary": ["{\"seed\": 42}"]})"));
+  EXPECT_EQ(events["hparams"], nlohmann::json::parse(R"({"learning_rate": 3e-05, "optim": "adamw_torch_fused", "bf16": true})"));
 }
 
 TEST(ReadTensorBoardScalars, FlippedDataByteIsAnError) {

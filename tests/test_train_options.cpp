@@ -29,6 +29,7 @@ class TrainOptions : public ::testing::Test {
     data_ = new test::TempDir();
     test::prepare_shards(data_->file("train"), test::squad_v1_path(), 0, 24, "train", /*record_vocab_digest=*/true);
     test::prepare_shards(data_->file("eval"), test::squad_v1_path(), 24, 8, "eval", true);
+    test::prepare_shards(data_->file("train-v2"), test::squad_v2_path(), 0, 24, "train", true);
     // Evaluation shards of another vocabulary: the manifest records another digest.
     test::prepare_shards(data_->file("eval-other-vocab"), test::squad_v1_path(), 24, 8, "eval", true);
     auto manifest = nlohmann::json::parse(read_file(data_->file("eval-other-vocab/manifest.json")));
@@ -51,11 +52,12 @@ class TrainOptions : public ::testing::Test {
   // the defaults of the same name: an option given twice is an error of its own).
   static test::CommandResult train(const std::string& out, const std::string& extra) {
     std::string defaults;
-    for (const std::string option : {"--threads 1", "--max-steps 1", "--batch-size 4"})
+    for (const std::string& option :
+         std::vector<std::string>{"--threads 1", "--max-steps 1", "--batch-size 4", "--train-shards " + data_->file("train")})
       if (extra.find(option.substr(0, option.find(' ')) + " ") == std::string::npos) defaults += " " + option;
     return test::run_command("timeout -k 10 120 " + test::bin_dir() + "/mpibert train --model-config " + test::fixtures_dir() +
-                             "/model/config.json --vocab " + test::vocab_path() + " --train-shards " + data_->file("train") +
-                             " --output-dir " + out + defaults + " --log-level warn " + extra + " 2>&1");
+                             "/model/config.json --vocab " + test::vocab_path() + " --output-dir " + out + defaults +
+                             " --log-level warn " + extra + " 2>&1");
   }
 
   // Each row, run into a directory of its own: exit status 1, the message, and no directory made.
@@ -129,6 +131,24 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--param-dtype bf16 --strategy zero2", "--param-dtype: bf16: applies to fsdp's parameter all-gathers; zero2 keeps"},
       {"--overwrite-output-dir --resume auto", "--overwrite-output-dir replaces the run that --resume auto would continue"},
       {"--do_eval", "--do_eval needs --eval-shards"},
+      // HF's names of the same options, and what they accept.
+      {"--warmup_steps 0.1",
+       "--warmup-steps: 0.1: a whole number of steps; for a fraction of the training steps give --warmup-ratio 0.1"},
+      {"--max_grad_norm -1", "--max-grad-norm: -1: must be at least 0"},
+      {"--report_to wandb", "--report-to: wandb not in {tensorboard,none}"},
+      {"--eval_strategy sometimes", "--eval-strategy: sometimes not in {steps,epoch,no}"},
+      {"--eval_strategy epoch", "--eval-strategy: epoch: evaluates on --eval-shards, which is not given"},
+      {"--eval_strategy steps --logging_steps 0", "--eval-strategy steps: give --eval-steps (HF falls back to --logging-steps"},
+      {"--save_strategy no --save_steps 5",
+       "--save-steps: 5: applies with --save-strategy steps, and this run has --save-strategy no: give one of them"},
+      {"--eval-shards " + data_->file("eval") + " --eval_strategy epoch --eval_steps 3",
+       "--eval-steps: 3: applies with --eval-strategy steps, and this run has --eval-strategy epoch"},
+      {"--dataloader_num_workers -1", "--dataloader-num-workers: -1: must be at least 0"},
+      {"--dataset_name squad",
+       "--dataset_name: squad: mpibert downloads no datasets (no network): prepare shards with mpibert-prep"},
+      {"--train_file train.json",
+       "--train_file: train.json: mpibert trains on shards: prepare them with mpibert-prep --input train.json --split train"},
+      {"--validation_file dev.json", "--validation_file: dev.json: mpibert evaluates on shards: prepare them with mpibert-prep"},
   };
   expect_each_refused(table);
 }
@@ -142,8 +162,18 @@ TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) 
        "gives rank 0 only 6 (24 of the 24 features in batches of 4)"},
       {"--eval-shards " + data_->file("eval-256"), "prepared with max_seq_length 256, the training shards with 384"},
       {"--eval-shards " + data_->file("eval-other-vocab"), "prepared with another vocabulary (other/vocab.txt)"},
+      // run_qa's --version_2_with_negative against what the shards hold, naming both.
+      {"--version_2_with_negative", "--version-2-with-negative asks for SQuAD v2.0, but " + data_->file("train") +
+                                        " (prepared from " + test::squad_v1_path() + ") holds no question without an answer"},
+      {"--version_2_with_negative --train-shards " + data_->file("train-v2") + " --eval-shards " + data_->file("eval"),
+       "--version-2-with-negative asks for SQuAD v2.0, but " + data_->file("eval") + " (prepared from"},
+      {"--train-shards " + data_->file("train-v2"),
+       " questions without an answer (SQuAD v2.0), and --version-2-with-negative "
+       "is not given: add it (run_qa's --version_2_with_negative)"},
   };
   expect_each_refused(table);
+  const test::CommandResult v2 = train(runs.file("v2"), "--version_2_with_negative --train-shards " + data_->file("train-v2"));
+  EXPECT_EQ(v2.exit_status, 0) << v2.output;
   const test::CommandResult fits =
       train(runs.file("fits"), "--eval-shards " + data_->file("eval") + " --gradient-accumulation 2");
   EXPECT_EQ(fits.exit_status, 0) << fits.output;

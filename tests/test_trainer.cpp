@@ -439,6 +439,106 @@ TEST_F(Trainer, RunQaOptionNamesAreAccepted) {
   EXPECT_NE(eval_without_shards.output.find("--do_eval needs --eval-shards"), std::string::npos) << eval_without_shards.output;
 }
 
+// The command line of the question-answering README of HF's examples, with only the data changed
+// (shards for --dataset_name, a local directory for the hub name) and --max_steps 2 to keep it
+// short. TensorBoard's own reader finds the run's options as text and as hparams.
+TEST_F(Trainer, RunQaReadmeCommandLineRunsWithOnlyTheDataChanged) {
+  test::TempDir run;
+  {
+    BertForQuestionAnswering model(BertConfig::load(data_->file("config.json")));
+    model->init_weights();
+    save_pretrained(model, run.file("bert-base-uncased"), test::vocab_path());
+  }
+  const std::string readme_options =
+      " --do_train --do_eval --per_device_train_batch_size 12 --learning_rate 3e-5 --num_train_epochs 2"
+      " --max_seq_length 384 --doc_stride 128 --output_dir ";
+  const std::string mpibert = test::bin_dir() + "/mpibert train --model_name_or_path " + run.file("bert-base-uncased");
+  const test::CommandResult hub_data =
+      test::run_command(mpibert + " --dataset_name squad" + readme_options + run.file("debug_squad/") + " 2>&1");
+  EXPECT_EQ(hub_data.exit_status, 1) << hub_data.output;
+  EXPECT_NE(hub_data.output.find("--dataset_name: squad: mpibert downloads no datasets (no network): prepare shards with "
+                                 "mpibert-prep"),
+            std::string::npos)
+      << hub_data.output;
+  EXPECT_FALSE(fs::exists(run.file("debug_squad")));
+
+  const test::CommandResult trained =
+      test::run_command(mpibert + " --train_shards " + data_->file("train") + " --eval_shards " + data_->file("eval") +
+                        readme_options + run.file("debug_squad/") + " --max_steps 2 --threads 1 2>&1");
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  const auto results = nlohmann::json::parse(read_file(run.file("debug_squad/results.json")));
+  EXPECT_EQ(results["global_step"], 2);
+  EXPECT_EQ(results["parameters"]["batch_size"], 12);
+  EXPECT_EQ(results["parameters"]["learning_rate"], 3e-5);
+  EXPECT_TRUE(results.contains("eval_f1"));
+
+  const test::CommandResult read = test::run_command(std::string(MPIBERT_PYTHON) + " " + MPIBERT_TESTS_SOURCE_DIR +
+                                                     "/read_tensorboard.py " + run.file("debug_squad/tensorboard"));
+  ASSERT_EQ(read.exit_status, 0) << read.output;
+  const auto events = nlohmann::json::parse(read.output);
+  const std::vector<std::string> scalars = events["scalars"];
+  EXPECT_NE(std::find(scalars.begin(), scalars.end(), "train/loss"), scalars.end()) << read.output;
+  ASSERT_TRUE(events["text"].contains("args/text_summary")) << read.output;
+  const auto args = nlohmann::json::parse(events["text"]["args/text_summary"][0].get<std::string>());
+  EXPECT_EQ(args["batch_size"], 12);
+  EXPECT_EQ(args["epochs"], 2.0);
+  EXPECT_EQ(args["max_steps"], 2);
+  EXPECT_EQ(args["eval_strategy"], "steps");
+  const auto& hparams = events["hparams"];
+  ASSERT_TRUE(hparams.is_object()) << "no hparams session start info: " << read.output;
+  EXPECT_EQ(hparams["batch_size"], 12.0);
+  EXPECT_DOUBLE_EQ(hparams["learning_rate"].get<double>(), 3e-5);
+  EXPECT_EQ(hparams["lr_scheduler_type"], "linear");
+  EXPECT_EQ(hparams["bf16"], false);
+  EXPECT_EQ(hparams.size(), args.size()) << "every option in both";
+
+  // --report_to none: no TensorBoard writer at all.
+  const test::CommandResult quiet =
+      test::run_command(mpibert + " --train_shards " + data_->file("train") + " --do_train --output_dir " + run.file("quiet") +
+                        " --max_steps 1 --threads 1 --report_to none 2>&1");
+  ASSERT_EQ(quiet.exit_status, 0) << quiet.output;
+  EXPECT_TRUE(fs::exists(run.file("quiet/results.json")));
+  EXPECT_FALSE(fs::exists(run.file("quiet/tensorboard")));
+}
+
+// --eval-strategy epoch / --save-strategy epoch (HF's): an evaluation and a checkpoint as each
+// epoch ends, and none between; "no": none during training, the end's alone.
+TEST_F(Trainer, EpochStrategiesEvaluateAndSaveAtEachEpochsEnd) {
+  test::TempDir dir;
+  TrainOptions o = options(dir.file("epoch"));
+  o.eval_strategy = IntervalStrategy::kEpoch;
+  o.save_strategy = IntervalStrategy::kEpoch;
+  o.save_total_limit = 10;
+  o.epochs = 3;
+  const nlohmann::ordered_json results = train(o);
+  const int64_t steps = results["global_step"], per_epoch = steps / 3;
+  ASSERT_EQ(per_epoch * 3, steps);
+  ASSERT_GT(per_epoch, 1);
+  std::vector<int64_t> evaluated;
+  for (const std::string& line : test::read_lines(o.output_dir + "/metrics.jsonl")) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.contains("eval_f1")) evaluated.push_back(record["step"]);
+  }
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{per_epoch, 2 * per_epoch, 3 * per_epoch}));
+  for (int64_t step = 1; step <= steps; ++step)
+    EXPECT_EQ(fs::exists(o.output_dir + "/checkpoint-" + std::to_string(step)), step % per_epoch == 0) << step;
+
+  TrainOptions never = options(dir.file("no"));
+  never.eval_strategy = IntervalStrategy::kNo;
+  never.save_strategy = IntervalStrategy::kNo;
+  never.epochs = 2;
+  const int64_t never_steps = train(never)["global_step"];
+  evaluated.clear();
+  for (const std::string& line : test::read_lines(never.output_dir + "/metrics.jsonl")) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.contains("eval_f1")) evaluated.push_back(record["step"]);
+  }
+  EXPECT_EQ(evaluated, std::vector<int64_t>{never_steps});
+  for (int64_t step = 1; step < never_steps; ++step)
+    EXPECT_FALSE(fs::exists(never.output_dir + "/checkpoint-" + std::to_string(step))) << step;
+  EXPECT_TRUE(fs::exists(never.output_dir + "/checkpoint-" + std::to_string(never_steps)));
+}
+
 TEST_F(Trainer, ProfileWritesAChromeTraceWithOurPhases) {
   test::TempDir run;
   TrainOptions o = options(run.path());

@@ -16,6 +16,7 @@
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/runtime/peers.hpp"
+#include "mpibert/train/option_checks.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/trainer.hpp"
 
@@ -47,24 +48,33 @@ CLI::Option* add_choice(CLI::App* command, const std::string& flags, Enum& value
       ->default_str(option_name(value));
 }
 
-// Registers fields of TrainOptions under the spellings for_each_train_option gives them.
+// Registers fields of TrainOptions under the spellings for_each_train_option gives them, in the
+// help's section `group`.
 struct TrainOptionAdder {
   CLI::App* command;
   TrainOptions& options;
+  std::string group;
 
   template <class Field>
-  CLI::Option* operator()(Field& field, const std::string& help = "") const {
+  CLI::Option* operator()(Field& field, const std::string& help) const {
     const std::string flags = train_option_field(options, field).flags;
     if constexpr (std::is_same_v<Field, bool>)
-      return command->add_flag(flags, field, help);
+      return command->add_flag(flags, field, help)->group(group);
     else
-      return command->add_option(flags, field, help);
+      return command->add_option(flags, field, help)->group(group);
   }
   template <class Enum>
   CLI::Option* choice(Enum& field, std::initializer_list<Enum> values, const std::string& help) const {
-    return add_choice(command, train_option_field(options, field).flags, field, values, help);
+    return add_choice(command, train_option_field(options, field).flags, field, values, help)->group(group);
   }
 };
+
+// A whole number of steps: HF's warmup_steps is an int, and newer transformers read a value below 1
+// as a ratio; here the ratio has its own option, which the refusal names.
+std::string whole_warmup_steps(std::string& given) {
+  if (given.find_first_of(".eE") == std::string::npos) return "";
+  return given + ": a whole number of steps; for a fraction of the training steps give --warmup-ratio " + given;
+}
 
 }  // namespace
 
@@ -76,6 +86,8 @@ struct ModelCommands::Impl {
   double collective_timeout = 300;
   bool log_all_ranks = false;
   bool do_train = false, do_eval = false;  // run_qa.py switches, accepted
+  // run_qa.py's data options, refused with what to give instead (check_command_line)
+  std::string dataset_name, dataset_config_name, train_file, validation_file;
   // eval and predict
   std::string model_dir, data_dir, output_dir, context, question;
   DeviceChoice device = DeviceChoice::kAuto;
@@ -91,64 +103,130 @@ struct ModelCommands::Impl {
 };
 
 ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
+  app.set_version_flag("--version", mpibert_version_text(), "print mpibert's version and git commit, and exit");
   CLI::App* c = impl_->train = app.add_subcommand("train", "fine-tune BERT for SQuAD on prepared shards");
   // CLI11 reads config files on the top-level app only: --config belongs to it, and falls through
   // from `train` so that `mpibert train --config FILE` works; the file's [train] section applies.
   app.set_config("--config", "", "read options from this file (TOML: options of `train` under [train])");
   c->fallthrough();
   impl_->add_train_options();
-  for (CLI::App* command : {impl_->eval = app.add_subcommand("eval", "evaluate an HF model directory on prepared shards"),
-                           impl_->predict = app.add_subcommand("predict", "answer one question about one context")}) {
-    command->add_option("--model", impl_->model_dir, "HF model directory (config.json, model.safetensors, vocab.txt)")
-        ->required();
-    command->add_option("--n-best-size", impl_->postprocess.n_best_size)->capture_default_str();
-    command->add_option("--max-answer-length", impl_->postprocess.max_answer_length)->capture_default_str();
-    command->add_option("--threads", impl_->threads, "LibTorch threads (0: LibTorch's default)")->capture_default_str();
-    add_choice(command, "--device", impl_->device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
-               "auto (a GPU when there is one), cpu or cuda");
+  Impl& m = *impl_;
+  m.eval = app.add_subcommand("eval", "evaluate an HF model directory on prepared shards");
+  m.predict = app.add_subcommand("predict", "answer one question about one context");
+  // eval takes train's names for the same things (--eval-shards, --eval-batch-size, ...), and run_qa's.
+  m.eval->add_option("--data,--eval-shards,--eval_shards", m.data_dir, "shards prepared with mpibert-prep --split eval")
+      ->required()
+      ->group("Data");
+  add_choice(m.eval, "--padding", m.eval_padding, {Padding::kDynamic, Padding::kPacked},
+             "dynamic or packed (the same predictions; packed has no padding in its loss)")
+      ->group("Data");
+  for (CLI::App* command : {m.eval, m.predict}) {
+    command
+        ->add_option("--model,--model_name_or_path", m.model_dir,
+                     "HF model directory (config.json, model.safetensors, vocab.txt)")
+        ->required()
+        ->group("Model");
   }
-  impl_->env = app.add_subcommand("env", "print the device this process would train on and the library versions (JSON)");
-  add_choice(impl_->env, "--device", impl_->device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
-             "auto, cpu or cuda");
-  impl_->eval->add_option("--data", impl_->data_dir, "shards prepared with mpibert-prep --split eval")->required();
-  impl_->eval->add_option("--output-dir", impl_->output_dir, "where predictions and metrics go")->required();
-  impl_->eval->add_option("--batch-size", impl_->batch_size)->capture_default_str();
-  add_choice(impl_->eval, "--padding", impl_->eval_padding, {Padding::kDynamic, Padding::kPacked},
-             "dynamic or packed (the same predictions; packed has no padding in its loss)");
-  impl_->eval->add_option("--null-score-diff-threshold", impl_->postprocess.null_score_diff_threshold)->capture_default_str();
-  impl_->predict->add_option("--context", impl_->context)->required();
-  impl_->predict->add_option("--question", impl_->question)->required();
-  impl_->predict->add_flag("--allow-no-answer", impl_->postprocess.version_2_with_negative, "SQuAD v2: the answer may be \"\"");
+  m.eval->add_option("--output-dir,--output_dir", m.output_dir, "where predictions and eval_results.json go")
+      ->required()
+      ->group("Evaluation");
+  m.eval->add_option("--batch-size,--eval-batch-size,--per_device_eval_batch_size", m.batch_size, "features per batch")
+      ->capture_default_str()
+      ->group("Evaluation");
+  m.predict->add_option("--context", m.context, "the passage to find the answer in")->required()->group("Question");
+  m.predict->add_option("--question", m.question, "the question about it")->required()->group("Question");
+  for (CLI::App* command : {m.eval, m.predict}) {
+    command->add_option("--n-best-size,--n_best_size", m.postprocess.n_best_size, "start and end logits considered for answers")
+        ->capture_default_str()
+        ->group("Evaluation");
+    command->add_option("--max-answer-length,--max_answer_length", m.postprocess.max_answer_length, "longest answer, in tokens")
+        ->capture_default_str()
+        ->group("Evaluation");
+  }
+  m.eval
+      ->add_option("--null-score-diff-threshold,--null_score_diff_threshold", m.postprocess.null_score_diff_threshold,
+                   "SQuAD v2.0: answer \"\" when the null score beats the best answer's by more than this")
+      ->capture_default_str()
+      ->group("Evaluation");
+  m.eval
+      ->add_flag("--version-2-with-negative,--version_2_with_negative", m.postprocess.version_2_with_negative,
+                 "SQuAD v2.0 (questions may have no answer): the shards must hold such questions, and shards that hold "
+                 "them need this")
+      ->group("Evaluation");
+  m.predict
+      ->add_flag("--allow-no-answer,--version-2-with-negative,--version_2_with_negative", m.postprocess.version_2_with_negative,
+                 "SQuAD v2.0: the answer may be \"\"")
+      ->group("Evaluation");
+  m.env = app.add_subcommand("env",
+                             "print the device this process would train on, mpibert's version and the library versions (JSON)");
+  for (CLI::App* command : {m.eval, m.predict, m.env})
+    add_choice(command, "--device", m.device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
+               "auto (a GPU when there is one), cpu or cuda")
+        ->group("Parallelism");
+  for (CLI::App* command : {m.eval, m.predict, m.env})
+    command->add_option("--threads", m.threads, "LibTorch threads (0: LibTorch's default)")
+        ->capture_default_str()
+        ->group("Parallelism");
+  for (CLI::App* command : {m.eval, m.predict})
+    command->add_option("--log-level", m.log_level, "trace, debug, info, warn, error or off")
+        ->capture_default_str()
+        ->group("Logging");
 }
 
-// `mpibert train`'s options, in the order of its help and of train_config.toml.
+// `mpibert train`'s options, by section, in the order of its help and of train_config.toml.
 void ModelCommands::Impl::add_train_options() {
   TrainOptions& o = options;
   CLI::App* c = train;
-  const TrainOptionAdder add{c, o};
-  add(o.train_dir, "directory prepared by mpibert-prep --split train")->required();
+  TrainOptionAdder add{c, o, "Data"};
+  // Required, but checked after run_qa's --dataset_name and --train_file are refused with what to give instead.
+  add(o.train_dir, "directory prepared by mpibert-prep --split train (required)");
   add(o.eval_dir, "directory prepared by mpibert-prep --split eval");
-  add(o.output_dir, "run directory")->required();
-  add(o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
-  add(o.model_config, "config.json for a randomly initialized model (without --model)");
-  add(o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
-  add(o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory");
-  add(o.overwrite_output_dir,
-      "replace an earlier run in --output-dir (its checkpoints and records) instead of refusing to start");
   add(o.expected_max_seq_length, "refuse shards prepared with another max_seq_length (0: any; run_qa's is 384)")
       ->capture_default_str();
   add(o.expected_doc_stride, "refuse shards prepared with another doc_stride (0: any; run_qa's is 128)")->capture_default_str();
+  add.choice(o.padding, {Padding::kDynamic, Padding::kFull, Padding::kPacked},
+             "dynamic (to the longest in the batch, multiple of 8), full, or packed (no padding: the batch's features end "
+             "to end, attention within each)");
+  add(o.group_by_length, "batches of similar length (HF's group_by_length): less padding");
+  add(o.dataloader_num_workers,
+      "accepted for HF command lines, and has no effect: every rank reads its batches in-process from the HDF5 shards, "
+      "which it loads into memory at the start, with no worker processes")
+      ->capture_default_str();
+  // run_qa.py's ways of naming data: refused with the way here (check_command_line).
+  for (auto [flag, value] : {std::pair{"--dataset_name", &dataset_name}, std::pair{"--dataset_config_name", &dataset_config_name},
+                             std::pair{"--train_file", &train_file}, std::pair{"--validation_file", &validation_file}})
+    c->add_option(flag, *value,
+                  "run_qa.py's; refused: mpibert trains on shards prepared by mpibert-prep (--train-shards, --eval-shards)")
+        ->group("Data");
+
+  add.group = "Model";
+  add(o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
+  add(o.model_config, "config.json for a randomly initialized model (without --model)");
+  add(o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
+  add(o.model.gradient_checkpointing, "recompute each encoder layer in backward instead of keeping its activations (HF's)");
+
+  add.group = "Training";
   // run_qa.py's switches of what to run: training always runs, evaluation when --eval-shards is given.
-  c->add_flag("--do_train", do_train, "accepted for run_qa.py command lines (training always runs)");
-  c->add_flag("--do_eval", do_eval, "accepted for run_qa.py command lines: needs --eval-shards");
-  add(o.epochs)->capture_default_str();
+  c->add_flag("--do_train", do_train, "accepted for run_qa.py command lines (training always runs)")->group(add.group);
+  add(o.output_dir, "run directory")->required();
+  add(o.epochs, "epochs to train (fractions allowed)")->capture_default_str();
   add(o.max_steps, "train this many optimizer steps instead (overrides --epochs)")->capture_default_str();
   add(o.batch_size, "per rank, per micro-batch")->capture_default_str();
-  add(o.gradient_accumulation)->capture_default_str();
-  add(o.learning_rate)->capture_default_str();
-  add(o.weight_decay)->capture_default_str();
-  add(o.warmup_steps)->capture_default_str();
-  add(o.warmup_ratio, "used when --warmup-steps is 0")->capture_default_str();
+  add(o.gradient_accumulation, "micro-batches summed into one optimizer step")->capture_default_str();
+  add(o.learning_rate, "AdamW's peak learning rate")->capture_default_str();
+  add(o.weight_decay, "AdamW's decoupled weight decay (not on biases and LayerNorm weights)")->capture_default_str();
+  add(o.max_grad_norm, "clip the gradients' global norm to this (0: no clipping)")->capture_default_str();
+  add.choice(o.optim, {Optim::kAdamWTorch, Optim::kAdamWTorchFused},
+             "as HF's --optim: adamw_torch_fused (torch's fused kernel, one pass per tensor: HF's default with "
+             "torch >= 2.8) or adamw_torch (torch's AdamW op for op, HF's default before; the same update within "
+             "round-off)");
+  add(o.seed, "seed of the initialization, the data order and dropout")->capture_default_str();
+
+  add.group = "Schedule";
+  add(o.warmup_steps, "learning-rate warmup, in optimizer steps (a whole number; see --warmup-ratio)")
+      ->capture_default_str()
+      ->check(CLI::Validator(whole_warmup_steps, "", "whole number"));
+  add(o.warmup_ratio, "warmup as a fraction of the training steps, used when --warmup-steps is 0")->capture_default_str();
   using Lr = LrSchedulerType;
   add.choice(o.lr_scheduler_type,
              {Lr::kLinear, Lr::kCosine, Lr::kCosineWithRestarts, Lr::kPolynomial, Lr::kConstant, Lr::kConstantWithWarmup,
@@ -157,25 +235,14 @@ void ModelCommands::Impl::add_train_options() {
   add(o.lr_scheduler_kwargs,
       "HF's lr_scheduler_kwargs: the schedule's parameters as a JSON object, e.g. '{\"num_cycles\": 2}' for "
       "cosine_with_restarts (docs/training.md)");
-  add(o.max_grad_norm)->capture_default_str();
-  add.choice(o.optim, {Optim::kAdamWTorch, Optim::kAdamWTorchFused},
-             "as HF's --optim: adamw_torch_fused (torch's fused kernel, one pass per tensor: HF's default with "
-             "torch >= 2.8) or adamw_torch (torch's AdamW op for op, HF's default before; the same update within "
-             "round-off)");
-  add(o.seed)->capture_default_str();
-  add.choice(o.padding, {Padding::kDynamic, Padding::kFull, Padding::kPacked},
-             "dynamic (to the longest in the batch, multiple of 8), full, or packed (no padding: the batch's features end "
-             "to end, attention within each)");
-  add(o.group_by_length, "batches of similar length (HF's group_by_length): less padding");
-  add(o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
-  add(o.logging_steps)->capture_default_str();
-  add(o.save_steps, "checkpoint every N steps (0: only at the end)")->capture_default_str();
-  add(o.save_total_limit, "checkpoints kept")->capture_default_str();
-  add(o.eval_batch_size)->capture_default_str();
-  add(o.eval_steps, "also evaluate every N steps; the best F1 is kept in trainer_state.json")->capture_default_str();
-  add(o.postprocess.n_best_size)->capture_default_str();
-  add(o.postprocess.max_answer_length)->capture_default_str();
-  add(o.postprocess.null_score_diff_threshold)->capture_default_str();
+
+  add.group = "Precision";
+  add(o.model.autocast_bf16, "bf16 autocast, float32 master weights");
+  add(o.model.autocast_fp16, "fp16 autocast with dynamic loss scaling (GPUs without bf16), float32 master weights");
+  add(o.tf32, "TF32 for float32 matrix products on GPUs");
+  add(o.deterministic, "deterministic algorithms (bit-exact reruns and resumes on GPUs; slower)");
+
+  add.group = "Parallelism";
   add.choice(o.device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
              "auto (each rank its node-local GPU when there is one), cpu or cuda");
   add.choice(o.comm, {CommChoice::kAuto, CommChoice::kMpi, CommChoice::kNccl},
@@ -183,15 +250,6 @@ void ModelCommands::Impl::add_train_options() {
   add.choice(o.mpi_collectives, {MpiAlgorithm::kRing, MpiAlgorithm::kOpenMpi},
              "the MPI backend's algorithm: ring (mpibert's ring for buffers from 256 KiB, the bandwidth optimum) or "
              "openmpi (Open MPI's tuned choice)");
-  add(o.model.autocast_bf16, "bf16 autocast, float32 master weights");
-  add(o.model.autocast_fp16, "fp16 autocast with dynamic loss scaling (GPUs without bf16), float32 master weights");
-  add(o.model.gradient_checkpointing, "recompute each encoder layer in backward instead of keeping its activations (HF's)");
-  add(o.tf32, "TF32 for float32 matrix products on GPUs");
-  add(o.deterministic, "deterministic algorithms (bit-exact reruns and resumes on GPUs; slower)");
-  add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
-  add(o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
-  add(o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
-  add(o.profile_schedule.active, "steps it records")->capture_default_str();
   add.choice(o.parallel.strategy, {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp},
              "with several ranks: ddp (all-reduce), zero1 (optimizer state sharded), zero2 (and gradients), "
              "fsdp (and parameters: ZeRO-3, FSDP FULL_SHARD)");
@@ -207,10 +265,50 @@ void ModelCommands::Impl::add_train_options() {
              "FSDP2's param_dtype); evaluation and saving gather fp32");
   c->add_option("--collective-timeout", collective_timeout,
                 "seconds a rank waits in a collective before it reports what it waited for and ends the job (0: forever)")
+      ->capture_default_str()
+      ->group(add.group);
+  c->add_option("--threads", threads, "LibTorch threads per rank (0: LibTorch's default)")
+      ->capture_default_str()
+      ->group(add.group);
+
+  add.group = "Checkpoints";
+  add.choice(o.save_strategy, {IntervalStrategy::kSteps, IntervalStrategy::kEpoch, IntervalStrategy::kNo},
+             "when to checkpoint during training (HF's save_strategy): steps (every --save-steps), epoch (at each "
+             "epoch's end) or no; the end of training always saves");
+  add(o.save_steps, "with --save-strategy steps: checkpoint every N steps (0: only at the end)")->capture_default_str();
+  add(o.save_total_limit, "checkpoints kept (the newest)")->capture_default_str();
+  add(o.resume, "auto (latest checkpoint in --output-dir) or a checkpoint directory (HF's resume_from_checkpoint)");
+  add(o.overwrite_output_dir,
+      "replace an earlier run in --output-dir (its checkpoints and records) instead of refusing to start");
+  add(o.stop_after_steps, "checkpoint and stop after this many steps (schedule unchanged)");
+
+  add.group = "Evaluation";
+  c->add_flag("--do_eval", do_eval, "accepted for run_qa.py command lines: needs --eval-shards")->group(add.group);
+  add.choice(o.eval_strategy, {IntervalStrategy::kSteps, IntervalStrategy::kEpoch, IntervalStrategy::kNo},
+             "when to evaluate during training (HF's eval_strategy): steps (every --eval-steps; given without them, every "
+             "--logging-steps, as HF), epoch (at each epoch's end) or no; the end of training always evaluates");
+  add(o.eval_steps, "with --eval-strategy steps: also evaluate every N steps; the best F1 is kept in trainer_state.json")
       ->capture_default_str();
-  c->add_option("--threads", threads, "LibTorch threads per rank (0: LibTorch's default)")->capture_default_str();
-  c->add_option("--log-level", log_level)->capture_default_str();
-  c->add_flag("--log-all-ranks", log_all_ranks, "log info lines from every rank, not only rank 0");
+  add(o.eval_batch_size, "features per evaluation batch, per rank")->capture_default_str();
+  add(o.postprocess.n_best_size, "start and end logits considered for answers")->capture_default_str();
+  add(o.postprocess.max_answer_length, "longest answer, in tokens")->capture_default_str();
+  add(o.postprocess.null_score_diff_threshold,
+      "SQuAD v2.0: answer \"\" when the null score beats the best answer's by more than this")
+      ->capture_default_str();
+  add(o.postprocess.version_2_with_negative,
+      "SQuAD v2.0 (questions may have no answer): the shards must hold such questions, and shards that hold them need "
+      "this");
+
+  add.group = "Logging";
+  add(o.logging_steps, "a training line (and TensorBoard scalars) every N steps")->capture_default_str();
+  add.choice(o.report_to, {ReportTo::kTensorBoard, ReportTo::kNone},
+             "tensorboard (events in OUTPUT/tensorboard/: scalars, the options as text and hparams) or none");
+  c->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str()->group(add.group);
+  c->add_flag("--log-all-ranks", log_all_ranks, "log info lines from every rank, not only rank 0")->group(add.group);
+  add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
+  add(o.profile_schedule.wait, "steps before the profiler starts")->capture_default_str();
+  add(o.profile_schedule.warmup, "steps it runs without recording")->capture_default_str();
+  add(o.profile_schedule.active, "steps it records")->capture_default_str();
 }
 
 ModelCommands::~ModelCommands() = default;
@@ -253,7 +351,9 @@ int ModelCommands::run() {
 int ModelCommands::Impl::run_eval() {
   BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
   model->to(select_device(device, local_rank()));
-  EvalResult result = evaluate(model, FeatureStore::open(data_dir), output_dir, batch_size, postprocess, eval_padding);
+  FeatureStore store = FeatureStore::open(data_dir);
+  check_squad_version("--version-2-with-negative", postprocess.version_2_with_negative, data_dir, store);
+  EvalResult result = evaluate(model, store, output_dir, batch_size, postprocess, eval_padding);
   if (world_rank() != 0) return 0;
   // run_qa's eval_results.json (HF's names, sorted keys), and the number of ranks that evaluated.
   nlohmann::json metrics = eval_metrics_as_hf(result, world_size());
@@ -301,6 +401,31 @@ void ModelCommands::Impl::check_command_line() {
                                                                    : options.model_dir + " has no vocab.txt"));
     options.vocab = options.model_dir + "/vocab.txt";
   }
+  // run_qa.py's data options: the data here is shards that mpibert-prep made beforehand.
+  auto refuse_data = [](const std::string& flag, const std::string& value, const std::string& instead) {
+    if (!value.empty()) throw InputError(describe(flag, value, instead));
+  };
+  refuse_data("--dataset_name", dataset_name,
+              "mpibert downloads no datasets (no network): prepare shards with mpibert-prep (docs/data.md; "
+              "scripts/get_squad.sh fetches SQuAD where there is network) and give --train-shards/--eval-shards");
+  refuse_data("--dataset_config_name", dataset_config_name,
+              "mpibert downloads no datasets: prepare shards with mpibert-prep and give --train-shards/--eval-shards");
+  refuse_data("--train_file", train_file,
+              "mpibert trains on shards: prepare them with mpibert-prep --input " + train_file +
+                  " --split train --out DIR --vocab VOCAB and give --train-shards DIR");
+  refuse_data("--validation_file", validation_file,
+              "mpibert evaluates on shards: prepare them with mpibert-prep --input " + validation_file +
+                  " --split eval --out DIR --vocab VOCAB and give --eval-shards DIR");
+  // HF: --eval_strategy steps without --eval_steps evaluates every --logging_steps.
+  if (options.eval_strategy == IntervalStrategy::kSteps && options.eval_steps == 0 &&
+      train->get_option("--eval-strategy")->count() > 0) {
+    if (options.logging_steps == 0)
+      throw InputError("--eval-strategy steps: give --eval-steps (HF falls back to --logging-steps, which is 0 here)");
+    options.eval_steps = options.logging_steps;
+  }
+  if (options.dataloader_num_workers > 0)
+    spdlog::info("--dataloader-num-workers {}: no worker processes here; batches are read in-process from the shards",
+                 options.dataloader_num_workers);
   if (do_eval && options.eval_dir.empty())
     throw InputError("--do_eval needs --eval-shards (shards prepared with mpibert-prep --split eval)");
   if (threads < 0) throw InputError(describe("--threads", std::to_string(threads), "must be at least 0 (0: LibTorch's default)"));

@@ -80,6 +80,27 @@ void check_lr_schedule(const TrainOptions& o) {
   }
 }
 
+// --eval-strategy/--save-strategy with --eval-steps/--save-steps, as HF reads them: the steps
+// apply under "steps" only, so giving them with another strategy is refused rather than ignored.
+void check_intervals(const TrainOptions& o) {
+  const RangeChecks check{o};
+  auto check_steps_apply = [&](IntervalStrategy strategy, int64_t steps, const std::string& steps_flag,
+                               const std::string& strategy_flag) {
+    if (strategy != IntervalStrategy::kSteps && steps > 0)
+      throw InputError(describe(steps_flag, std::to_string(steps),
+                                std::string("applies with ") + strategy_flag + " steps, and this run has " + strategy_flag + " " +
+                                    interval_strategy_name(strategy) + ": give one of them"));
+  };
+  check_steps_apply(o.eval_strategy, o.eval_steps, check.flag(o.eval_steps), check.flag(o.eval_strategy));
+  check_steps_apply(o.save_strategy, o.save_steps, check.flag(o.save_steps), check.flag(o.save_strategy));
+  if (o.eval_steps > 0 && o.eval_dir.empty())
+    throw InputError(describe(check.flag(o.eval_steps), std::to_string(o.eval_steps),
+                              "evaluates on " + check.flag(o.eval_dir) + ", which is not given"));
+  if (o.eval_strategy == IntervalStrategy::kEpoch && o.eval_dir.empty())
+    throw InputError(describe(check.flag(o.eval_strategy), "epoch",
+                              "evaluates on " + check.flag(o.eval_dir) + ", which is not given"));
+}
+
 }  // namespace
 
 LrScheduleParams lr_schedule_params(const TrainOptions& o) {
@@ -118,9 +139,8 @@ void check_train_options(const TrainOptions& o) {
   check.at_least(o.profile_schedule.wait, 0);
   check.at_least(o.profile_schedule.warmup, 0);
   check.at_least(o.profile_schedule.active, 1);
-  if (o.eval_steps > 0 && o.eval_dir.empty())
-    throw InputError(describe(check.flag(o.eval_steps), std::to_string(o.eval_steps),
-                              "evaluates on " + check.flag(o.eval_dir) + ", which is not given"));
+  check.at_least(o.dataloader_num_workers, 0);
+  check_intervals(o);
   if (o.parallel.param_dtype != CommDtype::kFp32 && o.parallel.strategy != Strategy::kFsdp)
     throw InputError(describe(check.flag(o.parallel.param_dtype), comm_dtype_name(o.parallel.param_dtype),
                               std::string("applies to fsdp's parameter all-gathers; ") + strategy_name(o.parallel.strategy) +
@@ -155,6 +175,23 @@ void remove_earlier_run(const std::string& output_dir) {
         "eval_null_odds.json", "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_config.toml",
         "tensorboard", "profile"})
     fs::remove_all(fs::path(output_dir) / name);
+}
+
+// mpibert-prep keeps each question's is_impossible: v2.0 data shows as questions without an
+// answer in the shards, and v1.1 data has none.
+void check_squad_version(const std::string& flag, bool version_2_with_negative, const std::string& dir,
+                         const FeatureStore& store) {
+  int64_t unanswerable = 0;
+  for (int64_t e = 0; e < store.num_examples(); ++e) unanswerable += store.example(e).is_impossible ? 1 : 0;
+  if (version_2_with_negative == (unanswerable > 0)) return;
+  const std::string& source = store.manifest().input_path;
+  const std::string shards = dir + (source.empty() ? "" : " (prepared from " + source + ")");
+  if (version_2_with_negative)
+    throw InputError(flag + " asks for SQuAD v2.0, but " + shards + " holds no question without an answer (SQuAD v1.1): drop " +
+                     flag + " or prepare shards from v2.0 data with mpibert-prep");
+  throw InputError(shards + " holds " + std::to_string(unanswerable) + " of " + std::to_string(store.num_examples()) +
+                   " questions without an answer (SQuAD v2.0), and " + flag +
+                   " is not given: add it (run_qa's --version_2_with_negative), or prepare shards from v1.1 data");
 }
 
 }  // namespace mpibert

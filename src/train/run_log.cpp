@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "mpibert/comm/communicator.hpp"
@@ -38,13 +39,32 @@ std::string mpi_library_version() {
 
 }  // namespace
 
-RunLog::RunLog(const std::string& output_dir, bool writer, int world_size)
+RunLog::RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard)
     : output_dir_(output_dir), writer_(writer), world_size_(world_size) {
   if (!writer_) return;
-  tensorboard_.emplace(output_dir + "/tensorboard");
+  if (tensorboard) tensorboard_.emplace(output_dir + "/tensorboard");
   const std::string path = output_dir + "/metrics.jsonl";
   metrics_.reset(std::fopen(path.c_str(), "a"));
   if (!metrics_) throw InputError(describe(path, "", std::string("cannot open for appending: ") + std::strerror(errno)));
+}
+
+void RunLog::add_options(const TrainOptions& options) {
+  if (!tensorboard_) return;
+  nlohmann::ordered_json args;
+  std::map<std::string, TensorBoardWriter::HParam> hparams;
+  for_each_train_option(options, [&](const TrainOptionField& field, const auto& value) {
+    const nlohmann::ordered_json json = option_json(value);
+    args[field.name] = json;
+    if (json.is_boolean())
+      hparams[field.name] = json.get<bool>();
+    else if (json.is_number())
+      hparams[field.name] = json.get<double>();
+    else
+      hparams[field.name] = json.get<std::string>();
+  });
+  tensorboard_->add_text("args", args.dump(2));
+  tensorboard_->add_hparams(hparams);
+  tensorboard_->flush();
 }
 
 void RunLog::add_step(StepRecord record, double step_time, double samples_per_second) {
@@ -132,6 +152,8 @@ void RunLog::write_metrics_line(const nlohmann::ordered_json& line) {
 void RunLog::scalar(const std::string& tag, double value, int64_t step) {
   if (tensorboard_) tensorboard_->add_scalar(tag, value, step);
 }
+
+std::string mpibert_version_text() { return std::string("mpibert ") + MPIBERT_VERSION + " (git " + MPIBERT_GIT_COMMIT + ")"; }
 
 nlohmann::ordered_json run_environment(int world_size, const std::string& communication, const torch::Device& device) {
   const char* slurm_job = std::getenv("SLURM_JOB_ID");

@@ -21,6 +21,7 @@ namespace {
 constexpr char kFileVersion[] = "brain.Event:2";  // what TensorBoard expects in the first record
 constexpr size_t kHeaderBytes = 12;               // uint64 length + uint32 masked CRC of it
 constexpr size_t kFooterBytes = 4;                // uint32 masked CRC of the data
+constexpr int kDtString = 7;                      // TF's DataType DT_STRING
 
 std::array<uint32_t, 256> make_crc32c_table() {
   std::array<uint32_t, 256> table{};
@@ -108,6 +109,46 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
   tensorboard::Summary::Value* summary_value = event.mutable_summary()->add_value();
   summary_value->set_tag(tag);
   summary_value->set_simple_value(static_cast<float>(value));
+  write_record(serialize(event));
+}
+
+void TensorBoardWriter::add_text(const std::string& tag, const std::string& text, int64_t step, double wall_time_seconds) {
+  tensorboard::Event event;
+  event.set_wall_time(wall_time_seconds);
+  event.set_step(step);
+  tensorboard::Summary::Value* value = event.mutable_summary()->add_value();
+  value->set_tag(tag + "/text_summary");
+  value->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+  tensorboard::TensorProto* tensor = value->mutable_tensor();
+  tensor->set_dtype(kDtString);
+  tensor->mutable_tensor_shape()->add_dim()->set_size(1);
+  tensor->add_string_val(text);
+  write_record(serialize(event));
+}
+
+void TensorBoardWriter::add_hparams(const std::map<std::string, HParam>& hparams, double wall_time_seconds) {
+  tensorboard::HParamsPluginData data;
+  tensorboard::SessionStartInfo* session = data.mutable_session_start_info();
+  session->set_start_time_secs(wall_time_seconds);
+  for (const auto& [name, hparam] : hparams) {
+    tensorboard::HParamValue& value = (*session->mutable_hparams())[name];
+    if (const auto* number = std::get_if<double>(&hparam))
+      value.set_number_value(*number);
+    else if (const auto* text = std::get_if<std::string>(&hparam))
+      value.set_string_value(*text);
+    else
+      value.set_bool_value(std::get<bool>(hparam));
+  }
+  tensorboard::Event event;
+  event.set_wall_time(wall_time_seconds);
+  // The plugin reads the metadata alone: the value carries no data, as in torch's hparams().
+  tensorboard::Summary::Value* value = event.mutable_summary()->add_value();
+  value->set_tag("_hparams_/session_start_info");
+  tensorboard::SummaryMetadata::PluginData* plugin = value->mutable_metadata()->mutable_plugin_data();
+  plugin->set_plugin_name("hparams");
+  std::string content;
+  if (!data.SerializeToString(&content)) throw std::logic_error("tensorboard: cannot serialize the hparams");
+  plugin->set_content(content);
   write_record(serialize(event));
 }
 

@@ -143,8 +143,15 @@ bool Trainer::finish_step(StepRecord step, const StopSignals& signals) {
   const bool last = s == total_steps_;
   const bool stop = !last && (stop_requested_ || (options_.stop_after_steps > 0 && steps_this_run_ == options_.stop_after_steps));
   const bool logging = options_.logging_steps > 0 && (s % options_.logging_steps == 0 || last);
-  const bool evaluate = !options_.eval_dir.empty() && options_.eval_steps > 0 && s % options_.eval_steps == 0;
-  const bool checkpoint = (options_.save_steps > 0 && s % options_.save_steps == 0) || stop;
+  // --eval-strategy/--save-strategy: every N steps, or as this step ends an epoch (HF's "epoch").
+  const bool epoch_ends = !steps_left_in_epoch();
+  auto due = [&](IntervalStrategy strategy, int64_t every) {
+    return strategy == IntervalStrategy::kSteps ? every > 0 && s % every == 0
+                                                : strategy == IntervalStrategy::kEpoch && epoch_ends;
+  };
+  const bool evaluate = !options_.eval_dir.empty() && due(options_.eval_strategy, options_.eval_steps);
+  // The last step's checkpoint is run()'s, after the final evaluation.
+  const bool checkpoint = (due(options_.save_strategy, options_.save_steps) && !last) || stop;
   // The steady rate starts after this step: the device catches up here, so that no warm-up work
   // is counted in the steps after it.
   const bool warm_up_ends = steps_this_run_ == kWarmUpSteps;

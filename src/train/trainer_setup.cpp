@@ -70,7 +70,8 @@ Trainer::Trainer(const TrainOptions& options) : options_(options) {
     if (!options_.config_record.empty()) write_file_atomic(options_.output_dir + "/train_config.toml", options_.config_record);
   }
   set_up_parallel();
-  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size);
+  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, options_.report_to == ReportTo::kTensorBoard);
+  log_->add_options(options_);
 }
 
 // Setup each rank does alone (any rank's failure stops all of them with one message), then the
@@ -119,7 +120,13 @@ void Trainer::set_up_model_and_data() {
                                                : load_pretrained(options_.model_dir, options_.vocab, options_.model);
     store_ = FeatureStore::open(options_.train_dir);
     check_shard_geometry(options_.train_dir, store_->manifest().params);
-    if (!options_.eval_dir.empty()) check_eval_shards(read_manifest(options_.eval_dir));
+    const std::string v2_flag = train_option_field(options_, options_.postprocess.version_2_with_negative).flag();
+    check_squad_version(v2_flag, options_.postprocess.version_2_with_negative, options_.train_dir, *store_);
+    if (!options_.eval_dir.empty()) {
+      check_eval_shards(read_manifest(options_.eval_dir));  // before the shards are read: names the mismatch
+      eval_store_ = FeatureStore::open(options_.eval_dir);
+      check_squad_version(v2_flag, options_.postprocess.version_2_with_negative, options_.eval_dir, *eval_store_);
+    }
     if (store_->manifest().vocab_size && store_->manifest().vocab_size != model()->config().vocab_size)
       throw InputError(describe(options_.train_dir, "",
                                 "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +

@@ -27,7 +27,20 @@ int tokenize_lines(const WordPieceTokenizer& tokenizer, std::istream& in, std::o
 int score_command(const std::string& dataset_path, const std::string& predictions_path, const std::string& na_prob_path,
                   double na_prob_thresh, const std::string& out_file, std::ostream& out, std::ostream& err);
 
-// The subcommands that need LibTorch:
+// `mpibert tokenize` and `mpibert score`, registered on `app` with their options.
+class TextCommands {
+ public:
+  explicit TextCommands(CLI::App& app);
+  ~TextCommands();
+  bool parsed() const;
+  int run();  // exit status
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The subcommands that need LibTorch (and `mpibert --version`):
 //   `mpibert train`: every option on the command line or in a config file (--config FILE); the
 //       resolved configuration is written into the run directory as train_config.toml;
 //   `mpibert eval --model DIR --data SHARDS --output-dir OUT`: prediction files and metrics;

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "mpibert/data/shards.hpp"
 #include "mpibert/train/train_options.hpp"
 
 namespace mpibert {
@@ -25,6 +26,12 @@ LrScheduleParams lr_schedule_params(const TrainOptions& options);
 // InputError saying which (and one for asking both). Mixing two runs' records in one directory
 // would make both unreadable.
 void check_output_dir_is_free(const TrainOptions& options);
+
+// `flag` (--version-2-with-negative, run_qa's --version_2_with_negative: SQuAD v2.0, questions may
+// have no answer) against the shards in `dir`: given, they must hold a question without an answer;
+// not given, none. A mismatch is an InputError naming the option, the shards and their source.
+void check_squad_version(const std::string& flag, bool version_2_with_negative, const std::string& dir,
+                         const FeatureStore& store);
 
 // --overwrite-output-dir: removes what an earlier run wrote into the run directory (its
 // checkpoints, records, predictions, TensorBoard events, profile and final model), nothing else.

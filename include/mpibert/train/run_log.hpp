@@ -18,6 +18,7 @@
 
 #include "mpibert/train/evaluate.hpp"
 #include "mpibert/train/tensorboard.hpp"
+#include "mpibert/train/train_options.hpp"
 
 namespace mpibert {
 
@@ -45,8 +46,13 @@ struct LoggedStep {
 
 class RunLog {
  public:
-  // `writer`: this rank writes the files (rank 0); others only take part in flush().
-  RunLog(const std::string& output_dir, bool writer, int world_size);
+  // `writer`: this rank writes the files (rank 0); others only take part in flush(). Without
+  // `tensorboard` (--report-to none) no events file is written.
+  RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard = true);
+
+  // The run's options for TensorBoard: as text under "args" (HF's TensorBoardCallback writes its
+  // TrainingArguments so) and as the hparams plugin's hyperparameters.
+  void add_options(const TrainOptions& options);
 
   // Keeps the step until the next flush(). `step_time` and `samples_per_second` are the host's view,
   // exact on a CPU and at flushes on a GPU (flush() waits for the device).
@@ -79,6 +85,10 @@ class RunLog {
 // An evaluation's metrics under HF's names: eval_<scorer key>, eval_loss, eval_runtime,
 // eval_samples_per_second and eval_steps_per_second (one rank's share of the batches, as HF counts).
 nlohmann::ordered_json eval_metrics_as_hf(const EvalResult& result, int world_size);
+
+// "mpibert 0.1.0 (git COMMIT)": `mpibert --version`, from CMake's project version and the commit
+// the build was configured at.
+std::string mpibert_version_text();
 
 // results.json's "environment": host, ranks, devices (device.hpp), CPU, LibTorch, MPI, HDF5 and
 // NCCL versions, SLURM job, git commit.

@@ -1,12 +1,14 @@
-// TensorBoard event files: scalar summaries written as TFRecord-framed tensorflow.Event protos,
-// and a strict reader for tests and tools.
+// TensorBoard event files: scalar summaries, text and hyperparameters written as TFRecord-framed
+// tensorflow.Event protos, and a strict reader of the scalars for tests and tools.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace mpibert {
@@ -33,6 +35,13 @@ class TensorBoardWriter {
 
   // The value is stored as a float (TensorBoard's simple_value). Throws InputError on a write failure.
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time_seconds = unix_time_now());
+  // Text for TensorBoard's text plugin under `tag` + "/text_summary", as torch's
+  // SummaryWriter.add_text stores it (a one-element string tensor).
+  void add_text(const std::string& tag, const std::string& text, int64_t step = 0, double wall_time_seconds = unix_time_now());
+  // The run's hyperparameters for the hparams plugin: its session start info, as torch's
+  // add_hparams and Lightning's log_hyperparams write it (tag "_hparams_/session_start_info").
+  using HParam = std::variant<double, std::string, bool>;
+  void add_hparams(const std::map<std::string, HParam>& hparams, double wall_time_seconds = unix_time_now());
   void flush();  // fflush (no fsync); throws InputError naming the path on failure
   const std::string& path() const { return path_; }
 

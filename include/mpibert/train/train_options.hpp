@@ -27,6 +27,22 @@
 
 namespace mpibert {
 
+// HF's IntervalStrategy, for --eval-strategy and --save-strategy: every --eval-steps/--save-steps
+// steps, at each epoch's end, or never during training.
+enum class IntervalStrategy { kSteps, kEpoch, kNo };
+inline const char* interval_strategy_name(IntervalStrategy value) {
+  switch (value) {
+    case IntervalStrategy::kSteps: return "steps";
+    case IntervalStrategy::kEpoch: return "epoch";
+    case IntervalStrategy::kNo: return "no";
+  }
+  return "?";
+}
+
+// HF's --report_to, of the integrations this build has: TensorBoard, or none.
+enum class ReportTo { kTensorBoard, kNone };
+inline const char* report_to_name(ReportTo value) { return value == ReportTo::kTensorBoard ? "tensorboard" : "none"; }
+
 struct TrainOptions {
   std::string train_dir, eval_dir;    // prepared shard directories (mpibert-prep)
   std::string output_dir;             // the run directory
@@ -61,6 +77,11 @@ struct TrainOptions {
   int64_t logging_steps = 10, save_steps = 0, save_total_limit = 2;
   int64_t eval_batch_size = 64;
   int64_t eval_steps = 0;  // also evaluate every N steps (0: only at the end); the best F1 is tracked
+  // When to evaluate and checkpoint during training (HF's eval_strategy, save_strategy). The end of
+  // training always evaluates (with --eval-shards) and saves, as run_qa's do_eval and save_model.
+  IntervalStrategy eval_strategy = IntervalStrategy::kSteps, save_strategy = IntervalStrategy::kSteps;
+  ReportTo report_to = ReportTo::kTensorBoard;
+  int64_t dataloader_num_workers = 0;  // accepted for HF command lines: batches are read in-process
   PostprocessOptions postprocess;
   ModelOptions model;
   bool profile = false;  // Chrome trace of the training steps in output_dir/profile/
@@ -96,41 +117,49 @@ template <class Options, class Visit>
 void for_each_train_option(Options& o, Visit&& visit) {
   using F = TrainOptionField;
   constexpr unsigned kBoth = kDescribed | kParameter;
-  visit(F{"train_shards", "--train-shards", kDescribed}, o.train_dir);
-  visit(F{"eval_shards", "--eval-shards", kDescribed}, o.eval_dir);
+  visit(F{"train_shards", "--train-shards,--train_shards", kDescribed}, o.train_dir);
+  visit(F{"eval_shards", "--eval-shards,--eval_shards", kDescribed}, o.eval_dir);
   visit(F{"output_dir", "--output-dir,--output_dir", kDescribed}, o.output_dir);
   visit(F{"model", "--model,--model_name_or_path", kDescribed}, o.model_dir);
   visit(F{"model_config", "--model-config", kCommandLineOnly}, o.model_config);  // described by its content
   visit(F{"vocab", "--vocab", kCommandLineOnly}, o.vocab);                       // described by its digest
-  visit(F{"resume", "--resume", kDescribed}, o.resume);
+  visit(F{"resume", "--resume,--resume_from_checkpoint", kDescribed}, o.resume);
   visit(F{"overwrite_output_dir", "--overwrite-output-dir,--overwrite_output_dir", kCommandLineOnly}, o.overwrite_output_dir);
   visit(F{"max_seq_length", "--max-seq-length,--max_seq_length", kCommandLineOnly}, o.expected_max_seq_length);
   visit(F{"doc_stride", "--doc-stride,--doc_stride", kCommandLineOnly}, o.expected_doc_stride);
   visit(F{"epochs", "--epochs,--num_train_epochs", kBoth}, o.epochs);
-  visit(F{"max_steps", "--max-steps", kBoth}, o.max_steps);
+  visit(F{"max_steps", "--max-steps,--max_steps", kBoth}, o.max_steps);
   visit(F{"batch_size", "--batch-size,--per_device_train_batch_size", kBoth}, o.batch_size);
   visit(F{"gradient_accumulation", "--gradient-accumulation,--gradient_accumulation_steps", kBoth}, o.gradient_accumulation);
   visit(F{"learning_rate", "--learning-rate,--learning_rate", kBoth}, o.learning_rate);
   visit(F{"weight_decay", "--weight-decay,--weight_decay", kBoth}, o.weight_decay);
-  visit(F{"warmup_steps", "--warmup-steps", kBoth}, o.warmup_steps);  // results.json: the steps it resolved to
+  visit(F{"warmup_steps", "--warmup-steps,--warmup_steps", kBoth}, o.warmup_steps);  // results.json: the steps it resolved to
   visit(F{"warmup_ratio", "--warmup-ratio,--warmup_ratio", kDescribed}, o.warmup_ratio);
   visit(F{"lr_scheduler_type", "--lr-scheduler-type,--lr_scheduler_type", kBoth}, o.lr_scheduler_type);
   // results.json: the kwargs as the schedule ran with them, HF's defaults and what follows from the steps filled in
   visit(F{"lr_scheduler_kwargs", "--lr-scheduler-kwargs,--lr_scheduler_kwargs", kBoth}, o.lr_scheduler_kwargs);
-  visit(F{"max_grad_norm", "--max-grad-norm", kBoth}, o.max_grad_norm);
+  visit(F{"max_grad_norm", "--max-grad-norm,--max_grad_norm", kBoth}, o.max_grad_norm);
   visit(F{"optim", "--optim", kBoth}, o.optim);
   visit(F{"seed", "--seed", kBoth}, o.seed);
   visit(F{"padding", "--padding", kBoth}, o.padding);
-  visit(F{"group_by_length", "--group-by-length", kBoth}, o.group_by_length);
-  visit(F{"stop_after_steps", "--stop-after-steps", kDescribed}, o.stop_after_steps);
+  visit(F{"group_by_length", "--group-by-length,--group_by_length", kBoth}, o.group_by_length);
+  visit(F{"stop_after_steps", "--stop-after-steps,--stop_after_steps", kDescribed}, o.stop_after_steps);
   visit(F{"logging_steps", "--logging-steps,--logging_steps", kCommandLineOnly}, o.logging_steps);
   visit(F{"save_steps", "--save-steps,--save_steps", kDescribed}, o.save_steps);
-  visit(F{"save_total_limit", "--save-total-limit", kCommandLineOnly}, o.save_total_limit);
+  visit(F{"save_total_limit", "--save-total-limit,--save_total_limit", kCommandLineOnly}, o.save_total_limit);
   visit(F{"eval_batch_size", "--eval-batch-size,--per_device_eval_batch_size", kDescribed}, o.eval_batch_size);
-  visit(F{"eval_steps", "--eval-steps", kDescribed}, o.eval_steps);
-  visit(F{"n_best_size", "--n-best-size", kCommandLineOnly}, o.postprocess.n_best_size);
-  visit(F{"max_answer_length", "--max-answer-length", kCommandLineOnly}, o.postprocess.max_answer_length);
-  visit(F{"null_score_diff_threshold", "--null-score-diff-threshold", kCommandLineOnly}, o.postprocess.null_score_diff_threshold);
+  visit(F{"eval_steps", "--eval-steps,--eval_steps", kDescribed}, o.eval_steps);
+  visit(F{"eval_strategy", "--eval-strategy,--eval_strategy,--evaluation_strategy", kDescribed}, o.eval_strategy);
+  visit(F{"save_strategy", "--save-strategy,--save_strategy", kDescribed}, o.save_strategy);
+  visit(F{"n_best_size", "--n-best-size,--n_best_size", kCommandLineOnly}, o.postprocess.n_best_size);
+  visit(F{"max_answer_length", "--max-answer-length,--max_answer_length", kCommandLineOnly}, o.postprocess.max_answer_length);
+  visit(F{"null_score_diff_threshold", "--null-score-diff-threshold,--null_score_diff_threshold", kCommandLineOnly},
+        o.postprocess.null_score_diff_threshold);
+  visit(F{"version_2_with_negative", "--version-2-with-negative,--version_2_with_negative", kDescribed},
+        o.postprocess.version_2_with_negative);
+  visit(F{"report_to", "--report-to,--report_to", kCommandLineOnly}, o.report_to);  // rank 0 alone writes
+  visit(F{"dataloader_num_workers", "--dataloader-num-workers,--dataloader_num_workers", kCommandLineOnly},
+        o.dataloader_num_workers);
   visit(F{"device", "--device", kBoth}, o.device);  // results.json: the device it resolved to
   visit(F{"comm", "--comm", kDescribed}, o.comm);
   visit(F{"mpi_collectives", "--mpi-collectives", kDescribed}, o.mpi_collectives);
@@ -171,6 +200,8 @@ inline const char* option_name(MpiAlgorithm value) { return mpi_algorithm_name(v
 inline const char* option_name(Strategy value) { return strategy_name(value); }
 inline const char* option_name(EmbeddingExchange value) { return embedding_exchange_name(value); }
 inline const char* option_name(CommDtype value) { return comm_dtype_name(value); }
+inline const char* option_name(IntervalStrategy value) { return interval_strategy_name(value); }
+inline const char* option_name(ReportTo value) { return report_to_name(value); }
 
 // A field's value as the records show it: enums by their names.
 template <class T>
