@@ -66,7 +66,8 @@ run_hosts() {
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   local hosts_sh=$root/tests/cluster/hosts.sh
-  trap 'bash "$hosts_sh" down "$work/hosts"; rm -rf "$work"' EXIT
+  # Expanded now: the function's locals are gone when the trap runs at exit.
+  trap "bash \"$hosts_sh\" down \"$work/hosts\"; rm -rf \"$work\"" EXIT
   bash "$hosts_sh" up "$work/hosts" 3
   export OMP_NUM_THREADS=1
   "$work/mpibert-prep" split "$root/data_prep/data/squad/dev-v1.1.json.gz" --articles 0:8 --out "$work/train.json" > /dev/null
