@@ -8,7 +8,7 @@
 #   openmpi-ring    coll_tuned's own ring: all-reduce 4, all-gather 4, reduce-scatter 3 (ring)
 #   openmpi-segring as openmpi-ring with the segmented ring all-reduce (5; 1 MiB segments)
 # bench_allreduce runs all-reduce, reduce-scatter and all-gather of 256 KiB to 16 MiB (the sizes
-# of gradient buckets), float32, the variants taking turns size range by size range. Writes
+# of gradient buckets), float32, one variant after the other at each rate and host count. Writes
 # OUT/<rate>-<p>r-<variant>.txt and prints a Markdown table of busbw per op and size with each
 # variant's time against the ring's. Needs root and a build; about 15 min on 2 cores, idle.
 set -euo pipefail

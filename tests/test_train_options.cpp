@@ -134,6 +134,8 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       // HF's names of the same options, and what they accept.
       {"--warmup_steps 0.1",
        "--warmup-steps: 0.1: a whole number of steps; for a fraction of the training steps give --warmup-ratio 0.1"},
+      {"--warmup_steps 1.5e0", "--warmup-steps: 1.5e0: a whole number of steps"},
+      {"--warmup_steps 1e3x", "--warmup-steps: 1e3x: a whole number of steps"},
       {"--max_grad_norm -1", "--max-grad-norm: -1: must be at least 0"},
       {"--report_to wandb", "--report-to: wandb not in {tensorboard,none}"},
       {"--eval_strategy sometimes", "--eval-strategy: sometimes not in {steps,epoch,no}"},
@@ -177,6 +179,20 @@ TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) 
   const test::CommandResult fits =
       train(runs.file("fits"), "--eval-shards " + data_->file("eval") + " --gradient-accumulation 2");
   EXPECT_EQ(fits.exit_status, 0) << fits.output;
+}
+
+// A whole number of warmup steps however written (run_qa users write 1e3), recorded as the integer.
+TEST_F(TrainOptions, WarmupStepsAreAWholeNumberHoweverWritten) {
+  test::TempDir runs;
+  int row = 0;
+  for (const char* written : {"1e3", "1000.0", "1000", "0.0"}) {
+    SCOPED_TRACE(written);
+    const std::string out = runs.file("run-" + std::to_string(row++));
+    const test::CommandResult result = train(out, std::string("--warmup_steps ") + written);
+    ASSERT_EQ(result.exit_status, 0) << result.output;
+    const std::string expected = std::string(written) == "0.0" ? "warmup-steps=0" : "warmup-steps=1000";
+    EXPECT_NE(read_file(out + "/train_config.toml").find(expected), std::string::npos) << read_file(out + "/train_config.toml");
+  }
 }
 
 TEST_F(TrainOptions, AnEarlierRunIsContinuedOrReplacedOnlyWhenAskedTo) {

@@ -1,6 +1,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <type_traits>
@@ -69,10 +71,18 @@ struct TrainOptionAdder {
   }
 };
 
-// A whole number of steps: HF's warmup_steps is an int, and newer transformers read a value below 1
-// as a ratio; here the ratio has its own option, which the refusal names.
+// A whole number of steps, however written ("1000", "1e3", "1000.0" become 1000): HF's warmup_steps is
+// an int, and newer transformers read a value below 1 as a ratio; here the ratio has its own option,
+// which the refusal names.
 std::string whole_warmup_steps(std::string& given) {
   if (given.find_first_of(".eE") == std::string::npos) return "";
+  char* end = nullptr;
+  const double steps = std::strtod(given.c_str(), &end);
+  if (end != given.c_str() && *end == '\0' && std::isfinite(steps) && steps >= 0 && steps <= 9.0e18 &&
+      steps == std::floor(steps)) {
+    given = std::to_string(static_cast<int64_t>(steps));
+    return "";
+  }
   return given + ": a whole number of steps; for a fraction of the training steps give --warmup-ratio " + given;
 }
 
@@ -225,7 +235,7 @@ void ModelCommands::Impl::add_train_options() {
   add.group = "Schedule";
   add(o.warmup_steps, "learning-rate warmup, in optimizer steps (a whole number; see --warmup-ratio)")
       ->capture_default_str()
-      ->check(CLI::Validator(whole_warmup_steps, "", "whole number"));
+      ->transform(CLI::Validator(whole_warmup_steps, "", "whole number"));
   add(o.warmup_ratio, "warmup as a fraction of the training steps, used when --warmup-steps is 0")->capture_default_str();
   using Lr = LrSchedulerType;
   add.choice(o.lr_scheduler_type,

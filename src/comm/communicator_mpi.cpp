@@ -168,15 +168,12 @@ class MpiCommunicator : public CommunicatorFront {
     Staging staging;
     torch::Tensor in = staging.input(input), out = staging.output(output);
     const MPI_Op sum = sum_op(output);
-    const bool ring = use_ring(input);
-    // MPI_Reduce_scatter rather than _block: Open MPI's tuned component offers a ring for it
-    // (coll_tuned_reduce_scatter_algorithm), none for the block variant.
+    // Open MPI's own at every size: MPI_Reduce_scatter rather than _block, as its tuned component
+    // has a ring for it (none for the block variant), on par with a ring of our own (measured,
+    // docs/measurements.md).
     std::vector<int> counts(static_cast<size_t>(size()), count);
-    return enqueue(what, std::move(staging), [this, in, out, type, sum, counts, ring] {
-      if (ring)
-        ring_reduce_scatter_sum(in.data_ptr(), out.data_ptr(), counts.front(), type, comm_);
-      else
-        MPI_Reduce_scatter(in.data_ptr(), out.data_ptr(), counts.data(), type, sum, comm_);
+    return enqueue(what, std::move(staging), [this, in, out, type, sum, counts] {
+      MPI_Reduce_scatter(in.data_ptr(), out.data_ptr(), counts.data(), type, sum, comm_);
     });
   }
 

@@ -78,25 +78,6 @@ void ring_all_reduce_sum(void* data, int64_t count, MPI_Datatype type, MPI_Comm 
   }
 }
 
-void ring_reduce_scatter_sum(const void* input, void* output, int64_t block_count, MPI_Datatype type, MPI_Comm comm) {
-  const Ring ring(comm, 0);
-  const int bytes = element_size(type);
-  const size_t block_bytes = static_cast<size_t>(block_count) * bytes;
-  auto input_block = [&](int b) { return at(input, block_count * b, bytes); };
-  // The partial sum travels: at step s a rank sends its running sum of block rank - s - 1 and
-  // receives the left's of block rank - s - 2, adding its own share; the last step ends on block
-  // rank. `input` is left as it was.
-  std::vector<char> partial(input_block(ring.block(-1)), input_block(ring.block(-1)) + block_bytes), received(block_bytes);
-  for (int step = 0; step + 1 < ring.size; ++step) {
-    const int receive = ring.block(-step - 2);
-    MPI_Sendrecv(partial.data(), static_cast<int>(block_count), type, ring.right, kRingTag, received.data(),
-                 static_cast<int>(block_count), type, ring.left, kRingTag, comm, MPI_STATUS_IGNORE);
-    add_into(received.data(), input_block(receive), block_count, type);
-    partial.swap(received);
-  }
-  std::memcpy(output, partial.data(), block_bytes);
-}
-
 void ring_all_gather(const void* input, void* output, int64_t block_count, MPI_Datatype type, MPI_Comm comm) {
   const Ring ring(comm, 0);
   const int bytes = element_size(type);

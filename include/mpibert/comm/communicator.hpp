@@ -90,10 +90,11 @@ class Communicator {
   int uncaught_at_construction_ = std::uncaught_exceptions();
 };
 
-// The algorithm of the MPI backend's all-reduce, reduce-scatter and all-gather (--mpi-collectives).
-// kRing: mpibert's ring over point-to-point messages for buffers of at least ring_min_bytes
-// (every rank sends and receives (N-1)/N of the buffer per phase, the bandwidth optimum), Open
-// MPI's choice below it, where latency rules; kOpenMpi: Open MPI's tuned choice for every size.
+// The algorithm of the MPI backend's all-reduce and all-gather (--mpi-collectives; reduce-scatter
+// is Open MPI's at every size). kRing: mpibert's ring over point-to-point messages for buffers of
+// at least ring_min_bytes (every rank sends and receives (N-1)/N of the buffer per phase, the
+// bandwidth optimum), Open MPI's choice below it, where latency rules; kOpenMpi: Open MPI's tuned
+// choice for every size.
 enum class MpiAlgorithm { kRing, kOpenMpi };
 const char* mpi_algorithm_name(MpiAlgorithm algorithm);  // "ring", "openmpi"
 
