@@ -278,6 +278,21 @@ TEST(GpuCommunicator, MpiStagesCudaTensorsThroughTheHost) {
   expect_one_rank_round_trip(*comm, torch::Device(torch::kCUDA, 0));
 }
 
+// One forward and backward of the same random 4 x 32 batch (seed 6), its gradients synchronized by
+// `parallel`.
+void backward_on_random_batch(BertForQuestionAnswering& model, DataParallel& parallel, const torch::Device& device) {
+  torch::manual_seed(6);
+  const auto on = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const torch::Tensor ids = torch::randint(1, 500, {4, 32}, on);
+  parallel.note_input_ids(ids);
+  parallel.begin_backward(true);
+  model
+      ->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
+                torch::randint(0, 32, {4}, on))
+      .loss.backward();
+  parallel.finish_gradient_sync();
+}
+
 // ddp's sparse embedding exchange on a GPU through NCCL (one rank): the mask, nonzero, the rows'
 // all-reduce and their copy back give the gradients of the dense exchange, bit for bit.
 TEST(GpuSparseEmbedding, RowsGoThroughNcclAndBackAsTheDenseExchangeDoes) {
@@ -294,16 +309,7 @@ TEST(GpuSparseEmbedding, RowsGoThroughNcclAndBackAsTheDenseExchangeDoes) {
     DataParallelOptions options;
     options.embedding_exchange = exchange;
     const auto parallel = make_data_parallel(model_description(model), communicator, {}, options);
-    torch::manual_seed(6);
-    const auto on = torch::TensorOptions().dtype(torch::kLong).device(device);
-    const torch::Tensor ids = torch::randint(1, 500, {4, 32}, on);
-    parallel->note_input_ids(ids);
-    parallel->begin_backward(true);
-    model
-        ->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
-                  torch::randint(0, 32, {4}, on))
-        .loss.backward();
-    parallel->finish_gradient_sync();
+    backward_on_random_batch(model, *parallel, device);
     *stats = parallel->sync_stats();
     std::vector<torch::Tensor> grads;
     for (const auto& parameter : model->parameters()) grads.push_back(parameter.grad().cpu());
@@ -329,7 +335,6 @@ TEST(GpuReducedPrecision, Bf16ReductionsAndGathersGoThroughNccl) {
   BertConfig config = BertConfig::preset("small");
   config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
   std::shared_ptr<Communicator> communicator = make_communicator(DeviceChoice::kCuda, CommChoice::kAuto, device, 60);
-  const auto on = torch::TensorOptions().dtype(torch::kLong).device(device);
   auto gradients_with = [&](Strategy strategy, CommDtype reduce, CommDtype gather, bool round_weights, int64_t* bytes) {
     torch::manual_seed(5);
     BertForQuestionAnswering model(config);
@@ -345,15 +350,7 @@ TEST(GpuReducedPrecision, Bf16ReductionsAndGathersGoThroughNccl) {
     options.param_dtype = gather;
     const auto parallel = make_data_parallel(model_description(model), communicator, {}, options);
     parallel->broadcast_parameters();
-    torch::manual_seed(6);
-    const torch::Tensor ids = torch::randint(1, 500, {4, 32}, on);
-    parallel->note_input_ids(ids);
-    parallel->begin_backward(true);
-    model
-        ->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 32, {4}, on),
-                  torch::randint(0, 32, {4}, on))
-        .loss.backward();
-    parallel->finish_gradient_sync();
+    backward_on_random_batch(model, *parallel, device);
     *bytes = parallel->sync_stats().bytes;
     std::vector<torch::Tensor> grads;
     for (const auto& gradient : parallel->held_gradients()) grads.push_back(gradient.cpu());
