@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int64", "int32", "uint8"}))
       ->capture_default_str();
   std::string algorithm = "ring";
-  app.add_option("--mpi-collectives", algorithm, "ring or openmpi (the MPI backend's algorithm)")
+  app.add_option("--mpi-collectives", algorithm,
+                 "ring or openmpi (the MPI backend's all-reduce and all-gather; reduce-scatter is Open MPI's either way)")
       ->check(CLI::IsMember({"ring", "openmpi"}))
       ->capture_default_str();
   app.add_option("--ring-min-bytes", collectives.ring_min_bytes, "the ring from this size on")

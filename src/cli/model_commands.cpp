@@ -258,8 +258,8 @@ void ModelCommands::Impl::add_train_options() {
   add.choice(o.comm, {CommChoice::kAuto, CommChoice::kMpi, CommChoice::kNccl},
              "with several ranks: auto (NCCL on GPUs, else MPI), mpi or nccl");
   add.choice(o.mpi_collectives, {MpiAlgorithm::kRing, MpiAlgorithm::kOpenMpi},
-             "the MPI backend's algorithm: ring (mpibert's ring for buffers from 256 KiB, the bandwidth optimum) or "
-             "openmpi (Open MPI's tuned choice)");
+             "the MPI backend's all-reduce and all-gather: ring (mpibert's ring for buffers from 256 KiB, the "
+             "bandwidth optimum) or openmpi (Open MPI's tuned choice); reduce-scatter is Open MPI's either way");
   add.choice(o.parallel.strategy, {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp},
              "with several ranks: ddp (all-reduce), zero1 (optimizer state sharded), zero2 (and gradients), "
              "fsdp (and parameters: ZeRO-3, FSDP FULL_SHARD)");
