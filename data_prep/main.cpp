@@ -1,10 +1,12 @@
 // mpibert-prep: `mpirun -n N mpibert-prep --input F --vocab V --out DIR --split train|eval`
 //               `mpibert-prep inspect DIR`
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <csignal>
 #include <iostream>
 
 #include "mpibert/cli/prep_command.hpp"
+#include "mpibert/cli/whole_number.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/logging.hpp"
 #include "mpibert/data/shard_building.hpp"
@@ -20,9 +22,14 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", options.vocab, "WordPiece vocab.txt");
   app.add_option("--out", options.out_dir, "output directory");
   app.add_option("--split", options.split, "train or eval")->capture_default_str();
-  app.add_option("--max-seq-length", options.params.max_seq_length)->capture_default_str();
-  app.add_option("--doc-stride", options.params.doc_stride, "overlap of consecutive windows, in tokens")->capture_default_str();
+  app.add_option("--max-seq-length", options.params.max_seq_length)
+      ->transform(mpibert::whole_number<int32_t>())
+      ->capture_default_str();
+  app.add_option("--doc-stride", options.params.doc_stride, "overlap of consecutive windows, in tokens")
+      ->transform(mpibert::whole_number<int32_t>())
+      ->capture_default_str();
   app.add_option("--max-query-length", options.params.max_query_length, "truncate questions to this many tokens (0: never)")
+      ->transform(mpibert::whole_number<int32_t>())
       ->capture_default_str();
   app.add_flag("--overwrite", options.overwrite, "replace shards made with other parameters in --out");
   app.add_option("--log-level", log_level)->capture_default_str();
@@ -40,9 +47,24 @@ int main(int argc, char** argv) {
   if (split->parsed()) {
     try {
       const size_t colon = article_range.find(':');
-      if (colon == std::string::npos) throw mpibert::InputError("--articles: expected BEGIN:END, got " + article_range);
-      mpibert::write_article_subset(split_input, std::stoll(article_range.substr(0, colon)),
-                                    std::stoll(article_range.substr(colon + 1)), split_output);
+      // A whole number, optionally negative, that fits: anything else names the option and what was given.
+      auto article = [&](const std::string& text) {
+        size_t used = 0;
+        int64_t value = 0;
+        try {
+          value = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = std::string::npos;
+        }
+        if (text.empty() || used != text.size() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-'))
+          throw mpibert::InputError(mpibert::describe("--articles", article_range,
+                                                      "expected BEGIN:END, two whole numbers (negative counts from the end)"));
+        return value;
+      };
+      if (colon == std::string::npos)
+        throw mpibert::InputError(mpibert::describe("--articles", article_range, "expected BEGIN:END, e.g. 0:-8"));
+      mpibert::write_article_subset(split_input, article(article_range.substr(0, colon)),
+                                    article(article_range.substr(colon + 1)), split_output);
       return 0;
     } catch (const std::exception& e) {
       std::cerr << "mpibert-prep split: " << e.what() << std::endl;

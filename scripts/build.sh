@@ -22,7 +22,9 @@ esac
 launcher=()
 if command -v ccache >/dev/null; then
   # The precompiled LibTorch header is compiled through ccache too: it needs these sloppinesses.
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_COMMAND:-cmake};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache")
+  # Paths under the checkout are hashed relative to it, so that another clone or worktree of the
+  # same sources (with its own .venv) reuses this one's objects.
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_COMMAND:-cmake};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;CCACHE_BASEDIR=$(pwd);ccache")
 fi
 log=$dir.log
 cmake -S . -B "$dir" -G Ninja "${config[@]}" "${launcher[@]}" > "$log" 2>&1 || { cat "$log"; exit 1; }

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -360,12 +361,69 @@ TEST_P(DataParallelStrategies, AccumulationMicroStepsDoNotCommunicate) {
   }
 }
 
+// A model of one unit with one parameter of one element: sharded over N ranks, its group is padded
+// to N elements and every rank but rank 0 holds only padding, so no slice, no AdamW slot and no
+// gradient (small models on many ranks). Its forward calls the unit hooks, as BERT's does.
+class OneElementModel {
+ public:
+  OneElementModel() {
+    description_.parameters = {{"unit.weight", weight_}};
+    description_.unit_prefixes = {"unit."};
+    description_.set_unit_hooks = [this](UnitHooks* hooks) { hooks_ = hooks; };
+  }
+  const ModelDescription& description() const { return description_; }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (hooks_) hooks_->before_unit(0);
+    torch::Tensor y = weight_ * x;
+    if (hooks_) hooks_->after_unit(0, y);
+    return y;
+  }
+
+ private:
+  torch::Tensor weight_ = torch::full({1}, 2.0f).requires_grad_();
+  ModelDescription description_;
+  UnitHooks* hooks_ = nullptr;
+};
+
+// A rank whose slices are all padding takes part in every step like the others: clipping, AdamW,
+// fp16's unscaling and its skip decision (which it shares, though it holds no gradient to check),
+// and its optimizer state and memory are those of nothing.
+class SlicelessRank : public DataParallelTest {};
+
+TEST_P(SlicelessRank, TakesPartInEveryStep) {
+  OneElementModel model;
+  const auto parallel = make_data_parallel(model.description(), communicator_, adam_with_decay(), options_for(GetParam()));
+  auto step = [&](float input) {
+    parallel->begin_backward(true);
+    model.forward(torch::full({1}, input)).sum().backward();
+    parallel->finish_gradient_sync();
+    const bool skip = parallel->unscale_gradients(0.5);
+    torch::Tensor norm;
+    if (!skip) norm = parallel->clip_and_step(kNoClipping, 0.1);
+    parallel->zero_grad();
+    return std::make_pair(skip, norm);
+  };
+  parallel->broadcast_parameters();
+  const auto [skipped, norm] = step(rank_ == 0 ? 3.0f : 1.0f);
+  EXPECT_FALSE(skipped);
+  // Rank 0 holds the one element, the others nothing: the averaged gradient (3 + (N - 1)) / N, halved.
+  const double gradient = (3.0 + (size_ - 1)) / size_ * 0.5;
+  EXPECT_NEAR(norm.item<double>(), gradient, 1e-6);
+  EXPECT_EQ(parallel->held_gradients().size(), size_ == 1 || rank_ == 0 ? 1u : 0u);
+  EXPECT_EQ(parallel->optimizer_state().size(), size_ == 1 || rank_ == 0 ? 3u : 1u);  // moments, and adam_steps
+  // A non-finite gradient on rank 0 alone: every rank skips, the one that holds nothing too.
+  const auto [skipped_inf, no_norm] = step(rank_ == 0 ? std::numeric_limits<float>::infinity() : 1.0f);
+  EXPECT_TRUE(skipped_inf);
+}
+
 std::string strategy_test_name(const ::testing::TestParamInfo<Strategy>& info) { return strategy_name(info.param); }
 
 // The tests above drive backward on the parameters directly, outside any forward: fsdp's parameters
 // exist whole only inside their unit's forward and backward, so its tests below go through forward.
 INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies,
                          ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2), strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, SlicelessRank, ::testing::Values(Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp),
+                         strategy_test_name);
 
 // A forward and backward of the QA loss on `ids` ([batch, seq]), positions seeded by rank and step.
 void qa_backward_on(BertForQuestionAnswering& model, const torch::Tensor& ids, int rank, int step) {

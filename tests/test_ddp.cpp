@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -325,11 +326,35 @@ TEST_F(DataParallelRun, RanksStartedWithDifferentOptionsRefuseToStart) {
   const std::string rank_command = test::bin_dir() + "/mpibert train --model-config " + data_->file("config.json") + " --vocab " +
                                    test::vocab_path() + " --train-shards " + data_->file("train") + " --output-dir " +
                                    runs.file("out") + " --threads 1 --max-steps 2 --batch-size ";
-  auto result = test::run_command("timeout -k 10 120 " + test::mpiexec() + " --oversubscribe --bind-to none -n 1 " +
-                                  rank_command + "4 : -n 1 " + rank_command + "8 2>&1");
+  // An MPMD launch: each rank its own command line.
+  auto mpmd = [&](const std::string& rank0, const std::string& rank1) {
+    return test::run_command("timeout -k 10 120 " + test::mpiexec() + " --oversubscribe --bind-to none -n 1 " + rank0 +
+                             " : -n 1 " + rank1 + " 2>&1");
+  };
+  auto result = mpmd(rank_command + "4", rank_command + "8");
   EXPECT_NE(result.exit_status, 0);
-  EXPECT_NE(result.output.find("rank 1 differs from rank 0: /batch_size = 8 (rank 0: 4)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("rank 1 differs from rank 0: --batch-size = 8 (rank 0: 4)"), std::string::npos) << result.output;
   EXPECT_FALSE(fs::exists(runs.file("out/results.json")));
+  // Options that decide when a collective runs (the losses' sum at logging steps) or what the
+  // ranks write together, refused by name with both values, not left to hang.
+  for (const auto& [option, rank0, rank1] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--logging-steps", "1", "2"}, {"--save-total-limit", "1", "3"}, {"--n-best-size", "20", "5"}}) {
+    result = mpmd(rank_command + "4 " + option + " " + rank0, rank_command + "4 " + option + " " + rank1);
+    EXPECT_NE(result.exit_status, 0) << option;
+    EXPECT_NE(result.output.find("rank 1 differs from rank 0: " + option + " = " + rank1 + " (rank 0: " + rank0 + ")"),
+              std::string::npos)
+        << result.output;
+  }
+  // `mpibert eval` splits the batches over the ranks: a rank with another --batch-size would
+  // gather logits the others do not expect.
+  const auto trained = train(0, runs.file("model"), "--batch-size 8 --max-steps 1");
+  ASSERT_EQ(trained.exit_status, 0) << trained.output;
+  const std::string eval_command = test::bin_dir() + "/mpibert eval --model " + checkpoint(runs.file("model"), 1) + " --data " +
+                                   data_->file("eval") + " --output-dir " + runs.file("eval") + " --threads 1 --batch-size ";
+  result = mpmd(eval_command + "4", eval_command + "8");
+  EXPECT_NE(result.exit_status, 0);
+  EXPECT_NE(result.output.find("rank 1 differs from rank 0: --batch-size = 8 (rank 0: 4)"), std::string::npos) << result.output;
+  EXPECT_FALSE(fs::exists(runs.file("eval/eval_results.json")));
 }
 
 TEST_F(DataParallelRun, DeviceAndCommunicatorChoicesTheMachineCannotServeAreRefused) {

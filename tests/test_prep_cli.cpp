@@ -121,6 +121,26 @@ TEST_F(PrepCli, SplitsADatasetByArticle) {
   EXPECT_EQ(bad.exit_status, 1);
   EXPECT_NE(bad.output.find("not a non-empty range of its 48 articles"), std::string::npos) << bad.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad.json")));
+  // Not numbers, or numbers beyond any count: the option and the value, not the library's "stoll".
+  for (const std::string& range : {"a:b", "0:99999999999999999999", "1x:2", ":3", "+1:2", "0", " 1:2"}) {
+    bad = test::run_command(split + "--articles '" + range + "' --out " + dir.file("bad.json") + " 2>&1");
+    EXPECT_EQ(bad.exit_status, 1) << range;
+    EXPECT_NE(bad.output.find("--articles: " + range + ": expected BEGIN:END"), std::string::npos) << bad.output;
+    EXPECT_EQ(bad.output.find("stoll"), std::string::npos) << bad.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("bad.json")));
+  }
+}
+
+// Whole-number options are decimal and within their type, refused by name otherwise.
+TEST_F(PrepCli, WholeNumberOptionsAreRefusedByName) {
+  for (const auto& [option, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--max-seq-length 9999999999", "--max-seq-length: 9999999999 is out of range (-2147483648 to 2147483647)"},
+           {"--doc-stride 0x40", "--doc-stride: 0x40 is not a decimal number"}}) {
+    const test::CommandResult result = test::run_command(prep_command(test::squad_v1_path(), test::vocab_path(), out(), option));
+    EXPECT_NE(result.exit_status, 0) << option;
+    EXPECT_NE(result.output.find(message), std::string::npos) << result.output;
+    EXPECT_FALSE(std::filesystem::exists(out())) << option;
+  }
 }
 
 TEST_F(PrepCli, NotJson) { expect_failure("<html>oops</html>", {dir.file("input.json"), "line 1, column 1", "not valid JSON"}); }

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -14,14 +16,56 @@
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "mpibert/train/run_log.hpp"
 #include "mpibert/train/tensorboard.hpp"
 #include "mpibert/train/trainer.hpp"
+#include "mpibert/train/training_checkpoint.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Every value a step keeps for the log lives on the log's device (the parameters'): the flush reads
+// them all with one stack and copy, which refuses two devices. A value elsewhere (an fp16 step's
+// NaN norm once made on the CPU beside CUDA losses) is refused at the step that made it; here the
+// meta device stands in for the second device a CPU-only machine lacks.
+TEST(RunLog, StepValuesOffTheLogsDeviceAreRefusedAtTheStep) {
+  test::TempDir run;
+  RunLog log(run.path(), /*writer=*/true, /*world_size=*/1, /*tensorboard=*/false, torch::kCPU);
+  auto step = [](int64_t number, const torch::Device& norm_device, float norm) {
+    StepRecord record;
+    record.step = number;
+    record.losses = {torch::full({}, 1.5f), torch::full({}, 0.5f)};
+    record.grad_norm = torch::full({}, norm, torch::TensorOptions().device(norm_device));
+    return record;
+  };
+  auto refusal = [&](StepRecord record) -> std::string {
+    try {
+      log.add_step(std::move(record), 0.1, 10);
+    } catch (const std::logic_error& error) {
+      return error.what();
+    }
+    return "<no error>";
+  };
+  const std::string error = refusal(step(1, torch::kMeta, 2.0f));
+  EXPECT_NE(error.find("step 1: its grad_norm is on meta, the run's values on cpu"), std::string::npos) << error;
+  StepRecord no_norm = step(2, torch::kCPU, 2.0f);
+  no_norm.grad_norm = torch::Tensor();
+  EXPECT_NE(refusal(no_norm).find("its grad_norm is missing"), std::string::npos);
+  StepRecord meta_loss = step(3, torch::kCPU, 2.0f);
+  meta_loss.losses[1] = meta_loss.losses[1].to(torch::kMeta);
+  EXPECT_NE(refusal(meta_loss).find("its loss of micro-batch 1 is on meta"), std::string::npos);
+  // A skipped step's NaN norm beside a normal step's, both on the log's device: one flush reads both.
+  log.add_step(step(4, torch::kCPU, std::numeric_limits<float>::quiet_NaN()), 0.1, 10);
+  log.add_step(step(5, torch::kCPU, 3.0f), 0.1, 10);
+  const std::vector<LoggedStep> logged = log.flush_steps();
+  ASSERT_EQ(logged.size(), 2u);
+  EXPECT_TRUE(std::isnan(logged[0].grad_norm));
+  EXPECT_EQ(logged[1].grad_norm, 3.0);
+  EXPECT_EQ(logged[1].loss, 2.0);
+}
 
 class Trainer : public ::testing::Test {
  protected:
@@ -680,6 +724,77 @@ TEST_F(Trainer, DamagedCheckpointIsRefusedAndAutoResumeTakesTheOneBefore) {
   const nlohmann::ordered_json resumed = train(again);
   EXPECT_EQ(resumed["resumed_from_step"], 1);
   EXPECT_EQ(resumed["global_step"], 2);
+}
+
+// A save that replaces the checkpoint of its own step (a run resumed from an earlier checkpoint
+// reaches a step saved before) and is killed between moving the old one aside and renaming the
+// new one in leaves the old one whole: --resume auto puts it back and resumes from it. A save that
+// completes leaves no trace of the one it replaced.
+TEST_F(Trainer, CheckpointReplacedByASaveKilledHalfWayIsPutBack) {
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.eval_dir.clear();
+  o.save_steps = 2;
+  o.save_total_limit = 0;  // keep them all: checkpoint-2 is resumed twice
+  o.stop_after_steps = 4;
+  train(o);
+  const std::string four = run.file("checkpoint-4");
+  const std::string saved_model = read_file_bytes(four + "/model.safetensors");
+
+  const std::string again =
+      test::bin_dir() + "/mpibert train --model-config " + data_->file("config.json") + " --vocab " + test::vocab_path() +
+      " --train-shards " + data_->file("train") + " --output-dir " + run.path() +
+      " --batch-size 8 --learning-rate 0.001 --warmup-ratio 0.2 --logging-steps 0 --save-steps 2 --save-total-limit 0" +
+      " --stop-after-steps 2 --resume " + run.file("checkpoint-2");
+  const test::CommandResult killed = test::run_command("MPIBERT_INJECT_KILL=0:4:replacing-checkpoint " + again + " 2>&1");
+  EXPECT_NE(killed.exit_status, 0) << killed.output;
+  EXPECT_FALSE(fs::exists(four)) << killed.output;  // killed between the renames
+  EXPECT_TRUE(fs::exists(run.file(".checkpoint-4.replaced")));
+
+  TrainOptions resume = o;
+  resume.resume = "auto";
+  resume.stop_after_steps = 1;
+  const nlohmann::ordered_json resumed = train(resume);
+  EXPECT_EQ(resumed["resumed_from_step"], 4);
+  EXPECT_FALSE(fs::exists(run.file(".checkpoint-4.replaced")));
+
+  // Uninterrupted, the same replacement leaves the new checkpoint alone under the step's name.
+  const test::CommandResult replaced = test::run_command(again + " 2>&1");
+  ASSERT_EQ(replaced.exit_status, 0) << replaced.output;
+  verify_checkpoint(four, 0);
+  EXPECT_EQ(read_file_bytes(four + "/model.safetensors"), saved_model);  // resumed bit for bit: the same model
+  EXPECT_FALSE(fs::exists(run.file(".checkpoint-4.replaced")));
+}
+
+// Only folders named checkpoint-DIGITS are the run's checkpoints: a user's checkpoint-2-best or
+// checkpoint-9x beside them is neither resumed, nor rotated away, nor removed by
+// --overwrite-output-dir.
+TEST_F(Trainer, OnlyCheckpointAndDigitsNamesAreCheckpoints) {
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.eval_dir.clear();
+  o.save_steps = 1;
+  o.save_total_limit = 1;
+  o.stop_after_steps = 2;
+  train(o);
+  for (const char* name :
+       {"checkpoint-9-best", "checkpoint-99x", "checkpoint-", "checkpoint-+9", "checkpoint-99999999999999999999"}) {
+    fs::copy(run.file("checkpoint-2"), run.file(name), fs::copy_options::recursive);  // a checkpoint in all but name
+    EXPECT_TRUE(checkpoints_by_step(run.path()) == std::vector<std::string>{run.file("checkpoint-2")}) << name;
+  }
+  TrainOptions resume = o;
+  resume.resume = "auto";
+  resume.stop_after_steps = 1;
+  EXPECT_EQ(train(resume)["resumed_from_step"], 2);        // not 9 or 99
+  EXPECT_TRUE(fs::exists(run.file("checkpoint-9-best")));  // save_total_limit 1 rotated checkpoint-2 away, not these
+  EXPECT_FALSE(fs::exists(run.file("checkpoint-2")));
+  TrainOptions overwrite = o;
+  overwrite.overwrite_output_dir = true;
+  overwrite.stop_after_steps = 1;
+  train(overwrite);
+  for (const char* name :
+       {"checkpoint-9-best", "checkpoint-99x", "checkpoint-", "checkpoint-+9", "checkpoint-99999999999999999999"})
+    EXPECT_TRUE(fs::exists(run.file(name))) << name;
 }
 
 // Shards from mpibert-prep record their vocab's digest: training them with another vocab.txt of

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mpibert/cli/commands.hpp"
+#include "mpibert/cli/whole_number.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/logging.hpp"
@@ -62,6 +63,8 @@ struct TrainOptionAdder {
     const std::string flags = train_option_field(options, field).flags;
     if constexpr (std::is_same_v<Field, bool>)
       return command->add_flag(flags, field, help)->group(group);
+    else if constexpr (std::is_integral_v<Field>)
+      return command->add_option(flags, field, help)->transform(whole_number<Field>())->group(group);
     else
       return command->add_option(flags, field, help)->group(group);
   }
@@ -141,15 +144,18 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->required()
       ->group("Evaluation");
   m.eval->add_option("--batch-size,--eval-batch-size,--per_device_eval_batch_size", m.batch_size, "features per batch")
+      ->transform(whole_number<int64_t>())
       ->capture_default_str()
       ->group("Evaluation");
   m.predict->add_option("--context", m.context, "the passage to find the answer in")->required()->group("Question");
   m.predict->add_option("--question", m.question, "the question about it")->required()->group("Question");
   for (CLI::App* command : {m.eval, m.predict}) {
     command->add_option("--n-best-size,--n_best_size", m.postprocess.n_best_size, "start and end logits considered for answers")
+        ->transform(whole_number<decltype(m.postprocess.n_best_size)>())
         ->capture_default_str()
         ->group("Evaluation");
     command->add_option("--max-answer-length,--max_answer_length", m.postprocess.max_answer_length, "longest answer, in tokens")
+        ->transform(whole_number<decltype(m.postprocess.max_answer_length)>())
         ->capture_default_str()
         ->group("Evaluation");
   }
@@ -175,6 +181,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
         ->group("Parallelism");
   for (CLI::App* command : {m.eval, m.predict, m.env})
     command->add_option("--threads", m.threads, "LibTorch threads (0: LibTorch's default)")
+        ->transform(whole_number<int>())
         ->capture_default_str()
         ->group("Parallelism");
   for (CLI::App* command : {m.eval, m.predict})
@@ -278,6 +285,7 @@ void ModelCommands::Impl::add_train_options() {
       ->capture_default_str()
       ->group(add.group);
   c->add_option("--threads", threads, "LibTorch threads per rank (0: LibTorch's default)")
+      ->transform(whole_number<int>())
       ->capture_default_str()
       ->group(add.group);
 
@@ -363,6 +371,17 @@ int ModelCommands::Impl::run_eval() {
   model->to(select_device(device, local_rank()));
   FeatureStore store = FeatureStore::open(data_dir);
   check_squad_version("--version-2-with-negative", postprocess.version_2_with_negative, data_dir, store);
+  // The batches split over the ranks by --batch-size and the shards' features, and rank 0 gathers
+  // their logits: every rank must evaluate the same thing (the files by their content).
+  require_same_on_every_rank({{"--model config.json sha256", sha256_file(model_dir + "/config.json")},
+                              {"--data manifest sha256", sha256_file(data_dir + "/" + kManifestName)},
+                              {"--batch-size", batch_size},
+                              {"--padding", padding_name(eval_padding)},
+                              {"--n-best-size", postprocess.n_best_size},
+                              {"--max-answer-length", postprocess.max_answer_length},
+                              {"--null-score-diff-threshold", postprocess.null_score_diff_threshold},
+                              {"--version-2-with-negative", postprocess.version_2_with_negative}},
+                             [](const std::string& key) { return key; });
   EvalResult result = evaluate(model, store, output_dir, batch_size, postprocess, eval_padding);
   if (world_rank() != 0) return 0;
   // run_qa's eval_results.json (HF's names, sorted keys), and the number of ranks that evaluated.

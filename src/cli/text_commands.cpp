@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "mpibert/cli/commands.hpp"
+#include "mpibert/cli/whole_number.hpp"
 
 namespace mpibert {
 
@@ -19,6 +20,7 @@ TextCommands::TextCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.tokenize = app.add_subcommand("tokenize", "WordPiece-tokenize stdin lines, print one JSON object per line");
   m.tokenize->add_option("--vocab", m.vocab_path, "vocab.txt")->required()->group("Tokenizer");
   m.tokenize->add_option("--max-word-chars", m.max_word_chars, "longer words become [UNK] (HF 100, Google 200)")
+      ->transform(whole_number<decltype(m.max_word_chars)>())
       ->capture_default_str()
       ->group("Tokenizer");
   m.score = app.add_subcommand("score", "score SQuAD predictions exactly as the official evaluate-v1.1.py / evaluate-v2.0.py");

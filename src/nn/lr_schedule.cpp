@@ -53,8 +53,8 @@ std::string shown(double value) {
 [[noreturn]] void refuse(const std::string& key, const std::string& problem) { throw LrScheduleError(key + ": " + problem); }
 
 // HF's _convert_str_dict on a value given as a string: "true"/"false" to a boolean, digits to an
-// integer, digits with one dot to a number.
-Json as_hf_converts(const Json& value) {
+// integer, digits with one dot to a number. Digits beyond int64 or double are refused by `key`.
+Json as_hf_converts(const std::string& key, const Json& value) {
   if (!value.is_string()) return value;
   std::string text = value.get<std::string>(), lower = text;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -62,10 +62,14 @@ Json as_hf_converts(const Json& value) {
   auto digits = [](const std::string& s) {
     return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
   };
-  if (digits(text)) return std::stoll(text);
   std::string undotted = text;
   if (const size_t dot = undotted.find('.'); dot != std::string::npos) undotted.erase(dot, 1);
-  if (digits(undotted)) return std::stod(text);
+  try {
+    if (digits(text)) return std::stoll(text);
+    if (digits(undotted)) return std::stod(text);
+  } catch (const std::out_of_range&) {
+    refuse(key, "\"" + text + "\" is out of range");
+  }
   return value;
 }
 
@@ -261,7 +265,7 @@ LrScheduleParams parse_lr_scheduler_kwargs(LrSchedulerType type, const std::stri
       refuse(key, std::string("not a parameter of ") + lr_scheduler_type_name(type) + " (it takes " +
                       (takes.empty() ? "none" : takes) + ")");
     }
-    value = as_hf_converts(value);
+    value = as_hf_converts(key, value);
     read_kwarg(params, key, value);
   }
   check_required(params, given);

@@ -57,7 +57,8 @@ std::vector<torch::Tensor> DataParallel::held_gradients() const {
 bool DataParallel::unscale_gradients(double inverse_scale) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> gradients = held_gradients();
-  const auto options = optimizer().slots().front().parameter.options().dtype(torch::kFloat);
+  // On a rank that holds no slice, nothing to unscale: it still takes part in the decision.
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device());
   torch::Tensor found = torch::zeros({1}, options);
   if (!gradients.empty())  // torch's own kernel: one pass that scales and checks
     at::_amp_foreach_non_finite_check_and_unscale_(gradients, found, torch::full({1}, inverse_scale, options));

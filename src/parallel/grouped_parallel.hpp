@@ -69,6 +69,7 @@ class GroupedParallel : public DataParallel {
   SyncStats sync_stats() const override;
   std::vector<BucketLayout> bucket_layout() const override;
   MemoryFootprint memory_footprint() const override;
+  torch::Device device() const override { return parameters_.front().device(); }
 
  protected:
   GroupedParallel(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const DataParallelOptions& options);

@@ -28,6 +28,7 @@ class SingleProcess final : public DataParallel {
   }
   void zero_grad() override { optimizer_->zero_grad(); }
   bool optimizer_state_is_sharded() const override { return false; }
+  torch::Device device() const override { return parameters_.empty() ? torch::kCPU : parameters_.front().device(); }
   SyncStats sync_stats() const override { return {}; }
   std::vector<BucketLayout> bucket_layout() const override { return {}; }
 

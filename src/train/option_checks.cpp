@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <vector>
 
 #include "mpibert/core/error.hpp"
+#include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/train/training_checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -163,6 +165,40 @@ void check_output_dir_is_free(const TrainOptions& o) {
                             "holds an earlier run (" + earlier +
                                 "): continue it with --resume auto, replace it with "
                                 "--overwrite-output-dir (run_qa's --overwrite_output_dir), or give another directory"));
+}
+
+void require_same_on_every_rank(const nlohmann::ordered_json& description,
+                                const std::function<std::string(const std::string& key)>& label) {
+  const Ranks ranks = Ranks::of_world();
+  if (ranks.size == 1) return;
+  const std::vector<std::string> all = all_gather_strings(description.dump());
+  std::ostringstream problems;
+  const auto reference = nlohmann::json::parse(all[0]).flatten();
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const auto other = nlohmann::json::parse(all[r]).flatten();
+    problems << "\n  rank " << r << " differs from rank 0:";
+    for (const auto& [key, value] : reference.items()) {
+      if (other.contains(key) && other[key] == value) continue;
+      const std::string flag = label(key.substr(1));  // flattened keys start with '/'
+      problems << " " << (flag.empty() ? key : flag) << " = " << (other.contains(key) ? other[key].dump() : "(none)")
+               << " (rank 0: " << value.dump() << ");";
+    }
+  }
+  if (problems.tellp() == 0) return;
+  if (ranks.root())
+    throw InputError("the ranks were started with different runs; every rank must get the same options and files:" +
+                     problems.str());
+  throw PeerFailure("this rank's run differs from rank 0's");
+}
+
+std::function<std::string(const std::string& key)> train_option_labels(const TrainOptions& options) {
+  std::map<std::string, std::string> flags;
+  for_each_train_option(options, [&](const TrainOptionField& field, const auto&) { flags[field.name] = field.flag(); });
+  return [flags](const std::string& key) {
+    const auto found = flags.find(key);
+    return found == flags.end() ? std::string() : found->second;
+  };
 }
 
 void remove_earlier_run(const std::string& output_dir) {

@@ -39,8 +39,8 @@ std::string mpi_library_version() {
 
 }  // namespace
 
-RunLog::RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard)
-    : output_dir_(output_dir), writer_(writer), world_size_(world_size) {
+RunLog::RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard, torch::Device device)
+    : output_dir_(output_dir), writer_(writer), world_size_(world_size), device_(device) {
   if (!writer_) return;
   if (tensorboard) tensorboard_.emplace(output_dir + "/tensorboard");
   const std::string path = output_dir + "/metrics.jsonl";
@@ -68,6 +68,14 @@ void RunLog::add_options(const TrainOptions& options) {
 }
 
 void RunLog::add_step(StepRecord record, double step_time, double samples_per_second) {
+  auto check = [&](const torch::Tensor& value, const std::string& what) {
+    if (!value.defined() || value.device() != device_)
+      throw std::logic_error("step " + std::to_string(record.step) + ": its " + what + " is " +
+                             (value.defined() ? "on " + value.device().str() : "missing") + ", the run's values on " +
+                             device_.str() + ": one copy reads them all only from one device");
+  };
+  for (size_t m = 0; m < record.losses.size(); ++m) check(record.losses[m], "loss of micro-batch " + std::to_string(m));
+  check(record.grad_norm, "grad_norm");
   pending_.push_back({std::move(record), step_time, samples_per_second});
 }
 

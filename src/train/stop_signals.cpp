@@ -39,12 +39,15 @@ Fault fault_from_environment(const char* variable) {
     size_t rank_end = 0, step_end = 0;
     fault.rank = std::stoi(rank, &rank_end);
     fault.step = std::stoll(step, &step_end);
-    if (rank_end != rank.size() || step_end != step.size() || (point != "" && point != "backward"))
+    if (rank_end != rank.size() || step_end != step.size() ||
+        (point != "" && point != "backward" && point != "replacing-checkpoint"))
       throw std::invalid_argument(value);
   } catch (const std::exception&) {
-    throw InputError(describe(variable, value, "expected RANK:STEP or RANK:STEP:backward"));
+    throw InputError(describe(variable, value, "expected RANK:STEP, RANK:STEP:backward or RANK:STEP:replacing-checkpoint"));
   }
-  fault.point = point == "backward" ? FaultPoint::kAfterBackward : FaultPoint::kStepStart;
+  fault.point = point == "backward"               ? FaultPoint::kAfterBackward
+                : point == "replacing-checkpoint" ? FaultPoint::kReplacingCheckpoint
+                                                  : FaultPoint::kStepStart;
   return fault;
 }
 
@@ -80,8 +83,13 @@ void inject_faults(const Ranks& ranks, int64_t step, FaultPoint point) {
   static const Fault failure = fault_from_environment("MPIBERT_INJECT_FAILURE");
   static const Fault hang = fault_from_environment("MPIBERT_INJECT_HANG");
   static const Fault signal = fault_from_environment("MPIBERT_INJECT_SIGNAL");
+  static const Fault kill = fault_from_environment("MPIBERT_INJECT_KILL");
   auto here = [&](const Fault& fault) { return fault.rank == ranks.rank && fault.step == step && fault.point == point; };
   if (here(signal)) std::raise(SIGUSR1);
+  if (here(kill)) {
+    spdlog::default_logger()->flush();
+    std::raise(SIGKILL);
+  }
   if (here(failure))
     throw std::runtime_error("injected failure at step " + std::to_string(step) +
                              (point == FaultPoint::kAfterBackward ? " after backward" : "") + " (MPIBERT_INJECT_FAILURE)");

@@ -96,8 +96,9 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
   inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
   timed(phases_.gradient_sync, "mpibert::gradient_sync", [&] { parallel_->finish_gradient_sync(); });
   step.grad_norm = timed(phases_.optimizer, "mpibert::optimizer", [&] {
+    // A skipped step's norm is NaN on the parameters' device, where every other step's is.
     torch::Tensor norm = skip_for_non_finite_gradients(step)
-                             ? torch::full({}, std::numeric_limits<float>::quiet_NaN())
+                             ? torch::full({}, std::numeric_limits<float>::quiet_NaN(), torch::TensorOptions().device(device_))
                              : parallel_->clip_and_step(options_.max_grad_norm, step.learning_rate);
     parallel_->zero_grad();
     return norm;
@@ -114,7 +115,11 @@ bool Trainer::skip_for_non_finite_gradients(StepRecord& step) {
   step.loss_scale = loss_scaler_->current_scale();
   if (overflow_injected(ranks_, state_.global_step)) {
     torch::NoGradGuard no_grad;
-    parallel_->held_gradients().front().view(-1)[0] = std::numeric_limits<float>::infinity();
+    const std::vector<torch::Tensor> held = parallel_->held_gradients();
+    if (held.empty())
+      spdlog::warn("MPIBERT_INJECT_OVERFLOW: rank {} holds no gradient slice to make non-finite", ranks_.rank);
+    else
+      held.front().view(-1)[0] = std::numeric_limits<float>::infinity();
   }
   step.skipped = parallel_->unscale_gradients(loss_scaler_->inverse_scale());
   loss_scaler_->update(step.skipped);

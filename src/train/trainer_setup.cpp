@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <sstream>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
@@ -37,27 +36,6 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& 
   return description;
 }
 
-void require_same_run_on_every_rank(const Ranks& ranks, const nlohmann::ordered_json& description) {
-  if (ranks.size == 1) return;
-  const std::vector<std::string> all = all_gather_strings(description.dump());
-  std::ostringstream problems;
-  const auto reference = nlohmann::json::parse(all[0]).flatten();
-  for (size_t r = 1; r < all.size(); ++r) {
-    if (all[r] == all[0]) continue;
-    const auto other = nlohmann::json::parse(all[r]).flatten();
-    problems << "\n  rank " << r << " differs from rank 0:";
-    for (const auto& [key, value] : reference.items())
-      if (!other.contains(key) || other[key] != value)
-        problems << " " << key << " = " << (other.contains(key) ? other[key].dump() : "(none)") << " (rank 0: " << value.dump()
-                 << ");";
-  }
-  if (problems.tellp() == 0) return;
-  if (ranks.root())
-    throw InputError("the ranks were started with different runs; every rank must get the same options and files:" +
-                     problems.str());
-  throw PeerFailure("this rank's run differs from rank 0's");
-}
-
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& options) : options_(options) {
@@ -70,7 +48,8 @@ Trainer::Trainer(const TrainOptions& options) : options_(options) {
     if (!options_.config_record.empty()) write_file_atomic(options_.output_dir + "/train_config.toml", options_.config_record);
   }
   set_up_parallel();
-  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, options_.report_to == ReportTo::kTensorBoard);
+  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, options_.report_to == ReportTo::kTensorBoard,
+                                  device_);
   log_->add_options(options_);
 }
 
@@ -140,7 +119,7 @@ void Trainer::set_up_model_and_data() {
   });
   model()->to(device_);
   model()->train();
-  require_same_run_on_every_rank(ranks_, run_description(options_, model()->config()));
+  require_same_on_every_rank(run_description(options_, model()->config()), train_option_labels(options_));
 }
 
 void Trainer::set_up_schedule() {

@@ -15,6 +15,7 @@
 #include "mpibert/core/json_fields.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/train/stop_signals.hpp"
 
 namespace fs = std::filesystem;
 
@@ -38,14 +39,19 @@ void set_rng_state(const torch::Device& device, const torch::Tensor& state) {
   generator.set_state(state.clone());
 }
 
+// The step of a folder named exactly checkpoint-DIGITS (HF's name); -1 for any other name, such
+// as a user's checkpoint-500-best, which is never listed, rotated away or resumed.
 int64_t checkpoint_step(const fs::path& path) {
   const std::string name = path.filename().string();
-  if (name.rfind("checkpoint-", 0) != 0) return -1;
-  try {
-    return std::stoll(name.substr(11));
-  } catch (const std::exception&) {
-    return -1;
+  const std::string prefix = "checkpoint-";
+  if (name.size() <= prefix.size() || name.rfind(prefix, 0) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    const char c = name[i];
+    if (c < '0' || c > '9' || step > (INT64_MAX - (c - '0')) / 10) return -1;
+    step = step * 10 + (c - '0');
   }
+  return step;
 }
 
 std::string rank_file(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
@@ -68,15 +74,45 @@ std::string shape_mismatch(const BertConfig& a, const BertConfig& b) {
   return out.str();
 }
 
-// Hidden names beside the checkpoints: one being built, one being deleted.
+// Hidden names beside the checkpoints: one being built (.tmp), one being deleted (.removing), and
+// one moved aside while a new save of its step takes its name (.replaced).
 fs::path staging_dir(const std::string& output_dir, int64_t step) {
   return fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".tmp");
 }
+fs::path replaced_dir(const std::string& output_dir, int64_t step) {
+  return fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".replaced");
+}
+bool ends_with(const std::string& name, const std::string& suffix) {
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 bool is_hidden_checkpoint_work(const std::string& name) {
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return name.rfind(".checkpoint-", 0) == 0 && (ends_with(".tmp") || ends_with(".removing"));
+  return name.rfind(".checkpoint-", 0) == 0 && (ends_with(name, ".tmp") || ends_with(name, ".removing"));
+}
+
+// The checkpoint a .checkpoint-STEP.replaced folder was moved aside from: RUN/checkpoint-STEP ("" for
+// another name).
+std::string replaced_from(const fs::path& path) {
+  const std::string name = path.filename().string(), suffix = ".replaced";
+  if (name.rfind(".checkpoint-", 0) != 0 || !ends_with(name, suffix)) return "";
+  const fs::path original = path.parent_path() / name.substr(1, name.size() - 1 - suffix.size());
+  return checkpoint_step(original) >= 0 ? original.string() : "";
+}
+
+// Puts the complete checkpoint `staging` in place as `final_dir`. A checkpoint of the same step
+// already there (a run resumed from an earlier one) is moved aside first and removed only once
+// the new one has its name: a kill between the two renames leaves the old one complete under
+// .replaced, which recover_replaced_checkpoints puts back.
+void move_into_place(const fs::path& staging, const fs::path& final_dir, const std::string& output_dir, int64_t step,
+                     const Ranks& ranks) {
+  const fs::path aside = replaced_dir(output_dir, step);
+  const bool replacing = fs::exists(final_dir);
+  if (replacing) {
+    fs::remove_all(aside);
+    rename_file(final_dir.string(), aside.string());
+    inject_faults(ranks, step, FaultPoint::kReplacingCheckpoint);
+  }
+  rename_file(staging.string(), final_dir.string());
+  if (replacing) fs::remove_all(aside);
 }
 
 // Renamed first, so that a deletion cut short leaves a hidden directory, not a damaged checkpoint.
@@ -175,9 +211,26 @@ std::string checkpoint_dir(const std::string& output_dir, int64_t step) {
 }
 
 void remove_stale_checkpoint_work(const std::string& output_dir) {
+  recover_replaced_checkpoints(output_dir);
   std::error_code ignored;
   for (const auto& entry : fs::directory_iterator(output_dir, ignored))
     if (is_hidden_checkpoint_work(entry.path().filename().string())) fs::remove_all(entry.path(), ignored);
+}
+
+void recover_replaced_checkpoints(const std::string& output_dir) {
+  std::error_code error;
+  std::vector<fs::path> aside;
+  for (fs::directory_iterator entry(output_dir, error), end; !error && entry != end; entry.increment(error))
+    if (!replaced_from(entry->path()).empty()) aside.push_back(entry->path());
+  for (const fs::path& path : aside) {
+    const std::string original = replaced_from(path);
+    if (fs::exists(original, error)) {
+      fs::remove_all(path, error);  // the new save took its name: the old one is done with
+    } else if (!error) {
+      rename_file(path.string(), original);
+      spdlog::warn("{}: put back from {}, where a save of the same step killed half-way had left it", original, path.string());
+    }
+  }
 }
 
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
@@ -224,8 +277,7 @@ void save_training_checkpoint(const CheckpointContext& context, BertForQuestionA
     agree_on(ranks, [&] {
       if (!ranks.root()) return;
       write_file_atomic((staging / kCheckpointChecksumsName).string(), checksums_json(sums));
-      fs::remove_all(final_dir);
-      rename_file(staging.string(), final_dir.string());
+      move_into_place(staging, final_dir, context.output_dir, state.global_step, ranks);
       spdlog::info("checkpoint: {}", final_dir.string());
       remove_old_checkpoints(context.output_dir, context.save_total_limit);
     });
@@ -321,6 +373,11 @@ TrainerState read_trainer_state(const std::string& path) {
 std::string checkpoint_to_resume(const CheckpointContext& context, const std::string& resume) {
   const Ranks ranks{context.rank, context.world_size};
   if (resume.empty()) return "";
+  // A save killed while replacing a checkpoint of its step left the old one aside: put back
+  // before any rank looks (agree_on orders rank 0's renames before the others' reads).
+  agree_on(ranks, [&] {
+    if (ranks.root()) recover_replaced_checkpoints(context.output_dir);
+  });
   if (resume != "auto") {
     agree_on(ranks, [&] { verify_checkpoint(resume, ranks.rank); });
     return resume;

@@ -147,8 +147,11 @@ class DataParallel {
   // this rank holds by `inverse_scale` and returns whether any rank's held an inf or NaN.
   // Collective where there are ranks: every rank takes the same decision, to step or to skip.
   bool unscale_gradients(double inverse_scale);
-  // The gradients this rank's AdamW updates: every parameter's (one process, ddp) or its slices'.
+  // The gradients this rank's AdamW updates: every parameter's (one process, ddp) or its slices'
+  // (none on a rank whose slices all fall in the padding of small groups).
   std::vector<torch::Tensor> held_gradients() const;
+  // Where the parameters, and what the strategy keeps of them, live.
+  virtual torch::Device device() const = 0;
 
   // Checkpoints. ddp and one process: the whole state, identical on every rank (rank 0 saves it).
   // zero1, zero2, fsdp: this rank's slices; every rank saves its own. Tensors are named

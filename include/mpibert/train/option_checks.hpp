@@ -7,7 +7,10 @@
 // in its setup, where the ranks agree on failures (one rank reports).
 #pragma once
 
+#include <functional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "mpibert/data/shards.hpp"
 #include "mpibert/train/train_options.hpp"
@@ -32,6 +35,18 @@ void check_output_dir_is_free(const TrainOptions& options);
 // not given, none. A mismatch is an InputError naming the option, the shards and their source.
 void check_squad_version(const std::string& flag, bool version_2_with_negative, const std::string& dir,
                          const FeatureStore& store);
+
+// What every rank must share before working together, as JSON (the options that decide when a
+// collective runs, the files by their digests, ...), against rank 0's: each rank that differs is
+// named with every entry that differs, spelled by `label` (an option's flag for its key; the key
+// itself when `label` gives ""). Rank 0 throws the InputError, the others a PeerFailure.
+// Collective: every rank calls it.
+void require_same_on_every_rank(const nlohmann::ordered_json& description,
+                                const std::function<std::string(const std::string& key)>& label);
+
+// The run description of `mpibert train`: every field for_each_train_option marks kDescribed, by
+// its name (labelled by its flag), beside the digests of the files.
+std::function<std::string(const std::string& key)> train_option_labels(const TrainOptions& options);
 
 // --overwrite-output-dir: removes what an earlier run wrote into the run directory (its
 // checkpoints, records, predictions, TensorBoard events, profile and final model), nothing else.

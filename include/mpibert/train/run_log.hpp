@@ -47,15 +47,18 @@ struct LoggedStep {
 class RunLog {
  public:
   // `writer`: this rank writes the files (rank 0); others only take part in flush(). Without
-  // `tensorboard` (--report-to none) no events file is written.
-  RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard = true);
+  // `tensorboard` (--report-to none) no events file is written. `device`: where every step's
+  // losses and norm live (the parameters' device), so that a flush reads them in one copy.
+  RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard = true, torch::Device device = torch::kCPU);
 
   // The run's options for TensorBoard: as text under "args" (HF's TensorBoardCallback writes its
   // TrainingArguments so) and as the hparams plugin's hyperparameters.
   void add_options(const TrainOptions& options);
 
   // Keeps the step until the next flush(). `step_time` and `samples_per_second` are the host's view,
-  // exact on a CPU and at flushes on a GPU (flush() waits for the device).
+  // exact on a CPU and at flushes on a GPU (flush() waits for the device). A loss or norm that is
+  // not a tensor on the log's device is refused here (std::logic_error naming it), at the step
+  // that made it, not at a later flush.
   void add_step(StepRecord record, double step_time, double samples_per_second);
   // Reads the kept steps' values from the device (one wait), averages the losses over the ranks,
   // writes their lines and scalars; returns them in step order.
@@ -73,6 +76,7 @@ class RunLog {
   std::string output_dir_;
   bool writer_;
   int world_size_;
+  torch::Device device_;
   std::optional<TensorBoardWriter> tensorboard_;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics_{nullptr, &std::fclose};
   struct Pending {

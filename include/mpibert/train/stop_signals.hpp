@@ -24,13 +24,16 @@ class StopSignals {
   std::unique_ptr<Previous> previous_;
 };
 
-// Where in a step a fault is injected: as the step starts, or once its backward has queued every
-// gradient bucket (a failure there leaves collectives in flight, as an out-of-memory would).
-enum class FaultPoint { kStepStart, kAfterBackward };
+// Where in a step a fault is injected: as the step starts, once its backward has queued every
+// gradient bucket (a failure there leaves collectives in flight, as an out-of-memory would), or
+// while its checkpoint replaces one of the same step (between moving the old one aside and
+// renaming the new one in: rank 0 does both).
+enum class FaultPoint { kStepStart, kAfterBackward, kReplacingCheckpoint };
 
-// Fault injection for the failure tests, each RANK:STEP (at the step's start) or
-// RANK:STEP:backward: MPIBERT_INJECT_FAILURE throws, MPIBERT_INJECT_HANG stops responding,
-// MPIBERT_INJECT_SIGNAL raises SIGUSR1 (as SLURM's warning would, on one rank only).
+// Fault injection for the failure tests, each RANK:STEP (at the step's start), RANK:STEP:backward
+// or RANK:STEP:replacing-checkpoint: MPIBERT_INJECT_FAILURE throws, MPIBERT_INJECT_HANG stops
+// responding, MPIBERT_INJECT_SIGNAL raises SIGUSR1 (as SLURM's warning would, on one rank only),
+// MPIBERT_INJECT_KILL raises SIGKILL (as a node's loss would).
 void inject_faults(const Ranks& ranks, int64_t step, FaultPoint point);
 
 // MPIBERT_INJECT_OVERFLOW=RANK:STEP: whether this rank's gradients at this step are to be made

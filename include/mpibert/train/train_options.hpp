@@ -95,8 +95,15 @@ struct TrainOptions {
 };
 
 // Which records hold a field besides the command line and train_config.toml (bits).
+//
+// kDescribed is the rule for anything that decides when a collective runs (logging, evaluation,
+// saving, stopping, accumulation, ...) or what the ranks produce together: ranks started with
+// different values (an MPMD launch, a job script that sets it per node) would issue mismatched
+// collectives and hang, or add up wrong sums, so they are refused at the start, naming the option
+// and both values. kLocal is for the few fields that provably decide nothing of the kind, each
+// with its reason where it is visited (tests/test_train_options.cpp holds the list).
 enum TrainOptionRecords : unsigned {
-  kCommandLineOnly = 0,
+  kLocal = 0,
   kDescribed = 1,  // the run description every rank must share
   kParameter = 2,  // results.json's parameters, in the order visited
 };
@@ -121,12 +128,13 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"eval_shards", "--eval-shards,--eval_shards", kDescribed}, o.eval_dir);
   visit(F{"output_dir", "--output-dir,--output_dir", kDescribed}, o.output_dir);
   visit(F{"model", "--model,--model_name_or_path", kDescribed}, o.model_dir);
-  visit(F{"model_config", "--model-config", kCommandLineOnly}, o.model_config);  // described by its content
-  visit(F{"vocab", "--vocab", kCommandLineOnly}, o.vocab);                       // described by its digest
+  visit(F{"model_config", "--model-config", kLocal}, o.model_config);  // described by its content
+  visit(F{"vocab", "--vocab", kLocal}, o.vocab);                       // described by its digest
   visit(F{"resume", "--resume,--resume_from_checkpoint", kDescribed}, o.resume);
-  visit(F{"overwrite_output_dir", "--overwrite-output-dir,--overwrite_output_dir", kCommandLineOnly}, o.overwrite_output_dir);
-  visit(F{"max_seq_length", "--max-seq-length,--max_seq_length", kCommandLineOnly}, o.expected_max_seq_length);
-  visit(F{"doc_stride", "--doc-stride,--doc_stride", kCommandLineOnly}, o.expected_doc_stride);
+  visit(F{"overwrite_output_dir", "--overwrite-output-dir,--overwrite_output_dir", kDescribed}, o.overwrite_output_dir);
+  // Each rank checks its shards against these (the ranks agree on failures); the shards are described.
+  visit(F{"max_seq_length", "--max-seq-length,--max_seq_length", kLocal}, o.expected_max_seq_length);
+  visit(F{"doc_stride", "--doc-stride,--doc_stride", kLocal}, o.expected_doc_stride);
   visit(F{"epochs", "--epochs,--num_train_epochs", kBoth}, o.epochs);
   visit(F{"max_steps", "--max-steps,--max_steps", kBoth}, o.max_steps);
   visit(F{"batch_size", "--batch-size,--per_device_train_batch_size", kBoth}, o.batch_size);
@@ -144,21 +152,21 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"padding", "--padding", kBoth}, o.padding);
   visit(F{"group_by_length", "--group-by-length,--group_by_length", kBoth}, o.group_by_length);
   visit(F{"stop_after_steps", "--stop-after-steps,--stop_after_steps", kDescribed}, o.stop_after_steps);
-  visit(F{"logging_steps", "--logging-steps,--logging_steps", kCommandLineOnly}, o.logging_steps);
+  visit(F{"logging_steps", "--logging-steps,--logging_steps", kDescribed}, o.logging_steps);  // the losses' sum over ranks
   visit(F{"save_steps", "--save-steps,--save_steps", kDescribed}, o.save_steps);
-  visit(F{"save_total_limit", "--save-total-limit,--save_total_limit", kCommandLineOnly}, o.save_total_limit);
+  visit(F{"save_total_limit", "--save-total-limit,--save_total_limit", kDescribed}, o.save_total_limit);
   visit(F{"eval_batch_size", "--eval-batch-size,--per_device_eval_batch_size", kDescribed}, o.eval_batch_size);
   visit(F{"eval_steps", "--eval-steps,--eval_steps", kDescribed}, o.eval_steps);
   visit(F{"eval_strategy", "--eval-strategy,--eval_strategy,--evaluation_strategy", kDescribed}, o.eval_strategy);
   visit(F{"save_strategy", "--save-strategy,--save_strategy", kDescribed}, o.save_strategy);
-  visit(F{"n_best_size", "--n-best-size,--n_best_size", kCommandLineOnly}, o.postprocess.n_best_size);
-  visit(F{"max_answer_length", "--max-answer-length,--max_answer_length", kCommandLineOnly}, o.postprocess.max_answer_length);
-  visit(F{"null_score_diff_threshold", "--null-score-diff-threshold,--null_score_diff_threshold", kCommandLineOnly},
+  visit(F{"n_best_size", "--n-best-size,--n_best_size", kDescribed}, o.postprocess.n_best_size);
+  visit(F{"max_answer_length", "--max-answer-length,--max_answer_length", kDescribed}, o.postprocess.max_answer_length);
+  visit(F{"null_score_diff_threshold", "--null-score-diff-threshold,--null_score_diff_threshold", kDescribed},
         o.postprocess.null_score_diff_threshold);
   visit(F{"version_2_with_negative", "--version-2-with-negative,--version_2_with_negative", kDescribed},
         o.postprocess.version_2_with_negative);
-  visit(F{"report_to", "--report-to,--report_to", kCommandLineOnly}, o.report_to);  // rank 0 alone writes
-  visit(F{"dataloader_num_workers", "--dataloader-num-workers,--dataloader_num_workers", kCommandLineOnly},
+  visit(F{"report_to", "--report-to,--report_to", kLocal}, o.report_to);  // rank 0 alone writes events, other ranks none
+  visit(F{"dataloader_num_workers", "--dataloader-num-workers,--dataloader_num_workers", kLocal},  // accepted, unused
         o.dataloader_num_workers);
   visit(F{"device", "--device", kBoth}, o.device);  // results.json: the device it resolved to
   visit(F{"comm", "--comm", kDescribed}, o.comm);
@@ -168,10 +176,11 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"gradient_checkpointing", "--gradient-checkpointing,--gradient_checkpointing", kBoth}, o.model.gradient_checkpointing);
   visit(F{"tf32", "--tf32", kBoth}, o.tf32);
   visit(F{"deterministic", "--deterministic", kBoth}, o.deterministic);
-  visit(F{"profile", "--profile", kCommandLineOnly}, o.profile);
-  visit(F{"profile_wait", "--profile-wait", kCommandLineOnly}, o.profile_schedule.wait);
-  visit(F{"profile_warmup", "--profile-warmup", kCommandLineOnly}, o.profile_schedule.warmup);
-  visit(F{"profile_active", "--profile-active", kCommandLineOnly}, o.profile_schedule.active);
+  // Each rank traces its own steps into its own file; the trace waits for its own device only.
+  visit(F{"profile", "--profile", kLocal}, o.profile);
+  visit(F{"profile_wait", "--profile-wait", kLocal}, o.profile_schedule.wait);
+  visit(F{"profile_warmup", "--profile-warmup", kLocal}, o.profile_schedule.warmup);
+  visit(F{"profile_active", "--profile-active", kLocal}, o.profile_schedule.active);
   visit(F{"strategy", "--strategy", kDescribed}, o.parallel.strategy);
   visit(F{"bucket_mb", "--bucket-mb", kDescribed}, o.parallel.bucket_mb);
   visit(F{"embedding_exchange", "--embedding-exchange", kDescribed}, o.parallel.embedding_exchange);

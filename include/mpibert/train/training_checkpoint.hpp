@@ -69,10 +69,18 @@ struct CheckpointContext {
 std::string checkpoint_dir(const std::string& output_dir, int64_t step);
 
 // Removes what a save or a deletion killed half-way left in a run directory: its hidden
-// .checkpoint-STEP.tmp and .checkpoint-STEP.removing folders. Never throws.
+// .checkpoint-STEP.tmp and .checkpoint-STEP.removing folders (after recover_replaced_checkpoints).
+// Never throws.
 void remove_stale_checkpoint_work(const std::string& output_dir);
 
-// Checkpoint directories of a run, oldest first.
+// A save that replaces a checkpoint of its own step moves the old one aside as
+// .checkpoint-STEP.replaced until the new one has its name. This puts each such folder back as
+// checkpoint-STEP where the save was killed before the new one took the name, and removes it where
+// the new one did. Never throws on a directory it cannot list.
+void recover_replaced_checkpoints(const std::string& output_dir);
+
+// The checkpoints of a run, oldest first: the folders named exactly checkpoint-STEP (digits only;
+// a user's checkpoint-500-best is not one).
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir);
 
 inline constexpr const char* kCheckpointChecksumsName = "checksums.json";
