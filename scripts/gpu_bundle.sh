@@ -7,11 +7,14 @@
 #     LibTorch, CUDA, NCCL and Open MPI are the machine's own: the same LibTorch wheel
 #     (2.11.0+cu130), and Open MPI's ABI is stable across 4.1.x.
 #   - debs/: the Debian 12 packages of what the GPU image lacks to build mpibert from source
-#     (spdlog, CLI11, nlohmann-json, utf8proc), fetched with apt-get download; under 1 MB. spdlog's
-#     own dependencies are the image's (fmt 9.1); libspdlog-dev's dependency on catch2 is Debian's
-#     packaging, not needed to build. gpu_check.sh --build unpacks them with dpkg -x into its build
+#     (spdlog, CLI11, nlohmann-json, utf8proc), fetched with apt-get download into a folder no
+#     other user can write; under 1 MB. spdlog's own dependencies are the image's (fmt 9.1);
+#     libspdlog-dev's dependency on catch2 is Debian's packaging, not needed to build.
+#     gpu_check.sh --build unpacks exactly the packages BUNDLE names, each checked against the
+#     SHA-256 recorded there (apt's, from Debian's signed indexes), with dpkg -x into its build
 #     directory and builds there against the machine's PyTorch and CUDA toolkit.
-#   - BUNDLE: the manifest (first line the marker below; the commit, the date, what it holds).
+#   - BUNDLE: the manifest (first line the marker below; the commit, the date, the binaries; one
+#     line "deb SHA256 FILE" per package).
 # DIR is made afresh; an existing DIR is replaced only when it is a bundle made here (BUNDLE's
 # marker) holding nothing else, and refused otherwise (`gpu_bundle.sh build` must not remove the
 # build tree). The bundle is left writable by its owner alone.
@@ -88,19 +91,30 @@ if [ $debs = 1 ]; then
     $SUDO apt-get update -qq
   fi
   mkdir "$tmp/debs"
-  # As root, apt downloads as its _apt user, which must be able to write there.
-  chmod 777 "$tmp/debs"
-  (cd "$tmp/debs" && apt-get download -q "${packages[@]}" > ../apt-download.log 2>&1) \
+  # apt's name and SHA-256 of each package, from Debian's signed indexes: the manifest's hashes.
+  apt-get download --print-uris -q "${packages[@]}" > "$tmp/apt-uris.txt" 2> "$tmp/apt-download.log" \
+    || { cat "$tmp/apt-download.log" >&2; echo "gpu_bundle: apt-get download --print-uris ${packages[*]} failed (above)" >&2; exit 1; }
+  # As root, apt downloads as its _apt user, which cannot write to a folder of root's alone; a
+  # folder _apt can write is one others could fill with packages for gpu_check to unpack. So root
+  # downloads itself (APT::Sandbox::User), into $tmp/debs, which no other user can reach.
+  sandbox=()
+  [ "$(id -u)" -ne 0 ] || sandbox=(-o APT::Sandbox::User=root)
+  (cd "$tmp/debs" && apt-get download -q "${sandbox[@]}" "${packages[@]}" > ../apt-download.log 2>&1) \
     || { cat "$tmp/apt-download.log" >&2; echo "gpu_bundle: apt-get download ${packages[*]} failed (above)" >&2; exit 1; }
-  rm "$tmp/apt-download.log"
-  # apt writes an epoch's colon as %3a: names without it travel anywhere.
-  for f in "$tmp"/debs/*%3a*.deb; do
-    [ -e "$f" ] || continue
-    mv "$f" "$(sed 's/_[0-9]*%3a/_/' <<< "$f")"
-  done
-  chmod 755 "$tmp/debs"
+  : > "$tmp/debs.manifest"
+  while read -r uri file size hash; do
+    [ "${uri#\'}" != "$uri" ] || continue
+    [ "${hash#SHA256:}" != "$hash" ] || { echo "gpu_bundle: apt gives no SHA-256 for $file ($hash)" >&2; exit 1; }
+    [ -f "$tmp/debs/$file" ] || { echo "gpu_bundle: apt-get download left no $file in $tmp/debs" >&2; exit 1; }
+    sum=$(sha256sum < "$tmp/debs/$file")
+    [ "${sum%% *}" = "${hash#SHA256:}" ] || { echo "gpu_bundle: $file has SHA-256 ${sum%% *}, apt's index ${hash#SHA256:}" >&2; exit 1; }
+    # apt writes an epoch's colon as %3a: names without it travel anywhere.
+    name=$(sed 's/_[0-9]*%3a/_/' <<< "$file")
+    [ "$name" = "$file" ] || mv "$tmp/debs/$file" "$tmp/debs/$name"
+    echo "deb ${hash#SHA256:} $name" >> "$tmp/debs.manifest"
+  done < "$tmp/apt-uris.txt"
   for p in "${packages[@]}"; do
-    compgen -G "$tmp/debs/${p}_*.deb" > /dev/null || { echo "gpu_bundle: apt-get download left no ${p}_*.deb in $tmp/debs" >&2; exit 1; }
+    grep -q " ${p}_[^ ]*\.deb\$" "$tmp/debs.manifest" || { echo "gpu_bundle: apt-get download gave no ${p}_*.deb" >&2; exit 1; }
   done
 fi
 {
@@ -108,10 +122,11 @@ fi
   echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME")"
   if [ $binaries = 1 ]; then echo "binaries ${programs[*]}"; fi
-  if [ $debs = 1 ]; then echo "debs $(cd "$tmp/debs" && printf '%s ' *.deb)"; fi
+  if [ $debs = 1 ]; then cat "$tmp/debs.manifest"; fi
 } > "$tmp/BUNDLE"
-# Readable by all (the bundle travels to machines where another user runs it; mktemp made it
-# 0700), writable by its owner alone.
+rm -f "$tmp/apt-uris.txt" "$tmp/apt-download.log" "$tmp/debs.manifest"
+# Readable by all (the bundle travels to machines where another user runs it), writable by its
+# owner alone: gpu_check.sh refuses a bundle others can change.
 chmod -R u+rwX,go+rX,go-w "$tmp"
 rm -rf "$out"
 mv "$tmp" "$out"
