@@ -36,9 +36,12 @@
 # scripts/gpu_bundle.sh, with prebuilt binaries (bin/, lib/), the Debian packages to build from
 # source (debs/), or both:
 #   --bundle DIR          runs DIR/bin's binaries (against this machine's PyTorch, through
-#                         LD_LIBRARY_PATH); a bundle without bin/ is built from source first
-#   --build               builds from source, then runs the checks on what it built: DIR/debs
-#                         unpacked with dpkg -x into BUILD/deps, mpibert configured with
+#                         LD_LIBRARY_PATH; refused when every user can write DIR, bin/ or lib/); a
+#                         bundle without bin/ is built from source first
+#   --build               builds from source, then runs the checks on what it built: the packages
+#                         DIR/BUNDLE names, each checked against the SHA-256 recorded there (any
+#                         other DIR/debs/*.deb, a changed one, or a bundle other users can write is
+#                         refused), unpacked with dpkg -x into BUILD/deps, mpibert configured with
 #                         CMAKE_PREFIX_PATH = python3's torch.utils.cmake_prefix_path (LibTorch's
 #                         CMake config: needs the CUDA toolkit, /usr/local/cuda there) and
 #                         BUILD/deps/usr, NCCL backend ON when nccl.h is found; mpibert,
@@ -46,12 +49,13 @@
 #                         names BUILD/deps' libraries for the runs
 #   --build-only          the same build, then stops (after checking that the programs' libraries
 #                         resolve)
+#   --unpack-only         the packages checked and unpacked into BUILD/deps, then stops
 #   --build-dir BUILD     where (default build-gpu/; kept between calls: a rebuild is incremental,
 #                         the configure fresh)
 #   --target T, -DVAR=V   with --build-only: build T alone (repeatable), pass -DVAR=V to CMake
 #                         (ctest build.gpu_bundle builds one target with -DMPIBERT_PCH=OFF)
 # Paths are relative to the repository root.
-#   scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR [--build | --build-only] [--build-dir BUILD]
+#   scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR [--build | --build-only | --unpack-only] [--build-dir BUILD]
 #                        [--target T]... [-DVAR=VALUE]...] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,17 +66,18 @@ peer=1
 checks=1
 bundle=
 out=
-build=none  # none, run (build, then the checks) or only
+build=none  # none, run (build, then the checks), only or unpack
 build_dir="build-gpu"
 targets=()
 cmake_options=()
-usage="usage: scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR [--build | --build-only] [--build-dir BUILD] [--target T]... [-DVAR=VALUE]...] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]"
+usage="usage: scripts/gpu_check.sh [--device cuda|cpu] [--bundle DIR [--build | --build-only | --unpack-only] [--build-dir BUILD] [--target T]... [-DVAR=VALUE]...] [--out DIR] [--skip-checks] [--skip-throughput] [--skip-peer]"
 while [ $# -gt 0 ]; do
   case $1 in
     --device) device=$2; shift 2 ;;
     --bundle) bundle=$2; shift 2 ;;
-    --build) [ "$build" = only ] || build=run; shift ;;
-    --build-only) build=only; shift ;;
+    --build) [ "$build" != none ] || build=run; shift ;;
+    --build-only) [ "$build" = unpack ] || build=only; shift ;;
+    --unpack-only) build=unpack; shift ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --target) targets+=("$2"); shift 2 ;;
     -D?*) cmake_options+=("$1"); shift ;;
@@ -90,7 +95,7 @@ if [ -n "$bundle" ]; then
   # Without binaries the bundle is for a build here.
   [ "$build" != none ] || [ -e "$bundle/bin/mpibert" ] || build=run
 elif [ "$build" != none ]; then
-  echo "gpu_check: --build and --build-only take their packages from --bundle DIR" >&2; exit 2
+  echo "gpu_check: --build, --build-only and --unpack-only take their packages from --bundle DIR" >&2; exit 2
 fi
 if [ ${#targets[@]} -gt 0 ] || [ ${#cmake_options[@]} -gt 0 ]; then
   # The checks need all three programs, built as the project builds them.
@@ -98,24 +103,67 @@ if [ ${#targets[@]} -gt 0 ] || [ ${#cmake_options[@]} -gt 0 ]; then
 fi
 [ ${#targets[@]} -gt 0 ] || targets=(mpibert mpibert-prep test_gpu)
 
-# build_from_bundle: BUILD/deps from the bundle's packages, mpibert configured against this
-# machine's PyTorch (python3's) and its CUDA toolkit, the targets built; sets bin and
-# LD_LIBRARY_PATH for them.
-build_from_bundle() {
-  local debs=$bundle/debs prefix f libdir torch_cmake nccl_h nccl=AUTO var value
+# refuse_writable PATH...: dies when another user could change one of them (the bundle's
+# packages and libraries end up on LD_LIBRARY_PATH and in the build).
+refuse_writable() {
+  local p
+  for p in "$@"; do
+    [ -z "$(find -L "$p" -maxdepth 0 -perm -o+w 2> /dev/null)" ] \
+      || die "$p is writable by every user: anyone could put code into this run; chmod o-w it (scripts/gpu_bundle.sh leaves a bundle writable by its owner alone)"
+  done
+}
+
+# unpack_debs: BUILD/deps from exactly the packages the bundle's manifest (BUNDLE) names, each
+# copied out of the bundle first and unpacked only when the copy has the SHA-256 BUNDLE gives.
+# Sets build_dir (absolute), prefix and debs.
+unpack_debs() {
+  local manifest=$bundle/BUNDLE f name hash rest got names=()
+  local -A expected=()
+  debs=$bundle/debs
   compgen -G "$debs/*.deb" > /dev/null || die "$debs holds no .deb$([ -e "$bundle/bin/mpibert" ] || echo ", nor $bundle/bin/mpibert"): make the bundle with scripts/gpu_bundle.sh (without --no-debs)"
   command -v dpkg > /dev/null || die "dpkg not found: it unpacks $debs"
+  [ -f "$manifest" ] || die "$manifest missing: it names the packages to unpack (make the bundle again with scripts/gpu_bundle.sh)"
+  refuse_writable "$bundle" "$manifest" "$debs"
+  while read -r f hash name rest; do
+    [ "$f" = deb ] || continue
+    # A plain file name of debs/, nothing that leads elsewhere.
+    [[ $hash =~ ^[0-9a-f]{64}$ && $name =~ ^[A-Za-z0-9][A-Za-z0-9.+~_-]*\.deb$ && -z $rest ]] \
+      || die "$manifest: not a line \"deb SHA256 FILE.deb\": $f $hash $name${rest:+ $rest}"
+    expected[$name]=$hash
+    names+=("$name")
+  done < "$manifest"
+  [ ${#names[@]} -gt 0 ] || die "$manifest names no package with its SHA-256: a bundle of an older scripts/gpu_bundle.sh (make it again)"
+  for f in "$debs"/*.deb; do
+    [ -n "${expected[${f##*/}]+set}" ] || die "$f is not in $manifest: refused, nothing unpacked (remove it, or make the bundle again)"
+  done
   # Absolute: the paths end up in CMake's cache and LD_LIBRARY_PATH.
   mkdir -p "$build_dir"
   build_dir=$(cd "$build_dir" && pwd)
   prefix=$build_dir/deps
-  rm -rf "$prefix.tmp"
+  rm -rf "$prefix.tmp" "$prefix.debs"
   mkdir "$prefix.tmp"
-  for f in "$debs"/*.deb; do
-    dpkg -x "$f" "$prefix.tmp" || die "dpkg -x $f failed: a damaged package (make the bundle again)"
+  mkdir -m 700 "$prefix.debs"
+  # The copy is what is checked and unpacked: the bundle's file may change after the check.
+  for name in "${names[@]}"; do
+    [ -f "$debs/$name" ] || die "$debs/$name missing: $manifest names it (make the bundle again)"
+    cp -- "$debs/$name" "$prefix.debs/$name"
+    got=$(sha256sum < "$prefix.debs/$name")
+    got=${got%% *}
+    [ "$got" = "${expected[$name]}" ] \
+      || die "$debs/$name has SHA-256 $got, $manifest gives ${expected[$name]}: a changed or damaged package, not unpacked (make the bundle again)"
+    dpkg -x "$prefix.debs/$name" "$prefix.tmp" || die "dpkg -x $debs/$name failed: a damaged package (make the bundle again)"
   done
-  rm -rf "$prefix"
+  rm -rf "$prefix" "$prefix.debs"
   mv "$prefix.tmp" "$prefix"
+  echo "gpu_check: unpacked ${#names[@]} packages of $debs into $prefix, each with the SHA-256 $manifest gives"
+}
+
+# build_from_bundle: BUILD/deps from the bundle's packages, mpibert configured against this
+# machine's PyTorch (python3's) and its CUDA toolkit, the targets built; sets bin and
+# LD_LIBRARY_PATH for them.
+build_from_bundle() {
+  local f libdir torch_cmake nccl_h nccl=AUTO var value
+  unpack_debs
   for f in usr/include/spdlog/spdlog.h usr/include/CLI/CLI.hpp usr/include/nlohmann/json.hpp usr/include/utf8proc.h; do
     [ -e "$prefix/$f" ] || die "$prefix/$f missing: $debs lacks its package (scripts/gpu_bundle.sh fetches them)"
   done
@@ -173,8 +221,13 @@ print(next((p for p in (site + "/nvidia/nccl/include/nccl.h", "/usr/include/nccl
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 bin=${MPIBERT_BIN_DIR:-build/bin}
-if [ -n "$bundle" ] && [ "$build" != none ]; then
-  [ ! -f "$bundle/BUNDLE" ] || echo "== bundle: $(tr '\n' ' ' < "$bundle/BUNDLE")"
+# BUNDLE's lines but its marker and packages (named by unpack_debs).
+describe_bundle() { echo "== bundle: $(grep -v -e '^deb ' -e '^mpibert GPU bundle' "$bundle/BUNDLE" | tr '\n' ' ')"; }
+if [ "$build" = unpack ]; then
+  unpack_debs
+  exit 0
+elif [ -n "$bundle" ] && [ "$build" != none ]; then
+  [ ! -f "$bundle/BUNDLE" ] || describe_bundle
   build_from_bundle
   [ "$build" = run ] || exit 0
   py=python3  # the PyTorch built against, which the GPU image's python3 is
@@ -185,8 +238,9 @@ elif [ -n "$bundle" ]; then
   torch_libs=$("$py" -c 'import glob, os, torch
 site = os.path.dirname(os.path.dirname(torch.__file__))
 print(":".join([os.path.join(os.path.dirname(torch.__file__), "lib")] + sorted(glob.glob(site + "/nvidia/*/lib"))))')
+  refuse_writable "$bundle" "$bundle/bin" "$bundle/lib"
   export LD_LIBRARY_PATH=$bundle/lib:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  echo "== bundle: $(tr '\n' ' ' < "$bundle/BUNDLE")"
+  describe_bundle
 fi
 [ -x "$bin/mpibert" ] || { echo "gpu_check: $bin/mpibert not found: run bash scripts/build.sh first" >&2; exit 1; }
 
