@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "mpibert/cli/commands.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/parallel/strategies.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -48,6 +50,24 @@ TEST(Cli, EveryOptionOfEverySubcommandIsDescribedUnderAHeading) {
   for (const char* heading :
        {"Data:", "Model:", "Training:", "Schedule:", "Precision:", "Parallelism:", "Checkpoints:", "Evaluation:", "Logging:"})
     EXPECT_NE(help.find(std::string("\n") + heading), std::string::npos) << heading << " not in\n" << help;
+}
+
+// The strategy table is the one source: --strategy takes its names and its help gives each row's
+// line, and the README's table of strategies is the one the rows make.
+TEST(Cli, StrategiesComeFromTheirTable) {
+  CLI::App app{"mpibert"};
+  ModelCommands model_commands(app);
+  const CLI::Option* strategy = app.get_subcommand("train")->get_option("--strategy");
+  const std::string help = strategy->get_description();
+  for (const StrategyRow& row : strategy_table()) {
+    EXPECT_NE(help.find(row.name), std::string::npos) << help;
+    EXPECT_NE(help.find(row.description), std::string::npos) << help;
+  }
+  EXPECT_EQ(strategy->get_default_str(), strategy_table().front().name);
+  const std::string readme = read_file(std::string(MPIBERT_TESTS_SOURCE_DIR) + "/../README.md");
+  EXPECT_NE(readme.find(strategy_table_markdown()), std::string::npos)
+      << "README.md's strategy table is not the table's; it should read:\n"
+      << strategy_table_markdown();
 }
 
 TEST(Cli, EvalTakesTrainsNamesForTheSameThings) {

@@ -29,6 +29,9 @@
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "rank_optimizer.hpp"
+#include "shards.hpp"
+#include "strategy_parts.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -65,7 +68,8 @@ void synthetic_backward(BertForQuestionAnswering& model, double weight, const st
   loss.backward();
 }
 
-DataParallelOptions options_for(Strategy strategy, double first_bucket_bytes = 1 * kMiB, double bucket_bytes = 25 * kMiB) {
+DataParallelOptions options_for(const std::string& strategy, double first_bucket_bytes = 1 * kMiB,
+                                double bucket_bytes = 25 * kMiB) {
   DataParallelOptions options;
   options.strategy = strategy;
   options.first_bucket_mb = first_bucket_bytes / kMiB;
@@ -100,7 +104,7 @@ std::vector<double> parameter_sums(BertForQuestionAnswering& model) {
   return sums;
 }
 
-class DataParallelTest : public ::testing::TestWithParam<Strategy> {
+class DataParallelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     rank_ = world_rank();
@@ -122,7 +126,7 @@ class DataParallelStrategies : public DataParallelTest {};
 // empty, so a parameter larger than the capacity has a bucket of its own. Sizes in float32 bytes.
 TEST_F(DataParallelTest, BucketsCloseAtTheirCapacityInReverseRegistrationOrder) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kDdp, 40, 100));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for("ddp", 40, 100));
   const std::string layer = "bert.encoder.layer.0.";
   const std::vector<std::vector<std::string>> first_buckets = {
       {"qa_outputs.bias", "qa_outputs.weight"},  // 8 + 32 = 40: exactly the first bucket's capacity
@@ -161,7 +165,7 @@ TEST_F(DataParallelTest, TheFirstBucketIsSmall) {
   dense.embedding_exchange = EmbeddingExchange::kDense;
   EXPECT_EQ(parallel_for(with_defaults, communicator_, {}, dense)->bucket_layout().size(), 2u);
   BertForQuestionAnswering model = make_model(BertConfig::preset("small"), 1);
-  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kDdp, 1 * kMiB, 4 * kMiB));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for("ddp", 1 * kMiB, 4 * kMiB));
   std::map<std::string, int64_t> bytes;
   for (const auto& item : model->named_parameters()) bytes[item.key()] = static_cast<int64_t>(item.value().nbytes());
   auto bucket_bytes = [&](const BucketLayout& bucket) {
@@ -201,7 +205,7 @@ TEST_P(DataParallelStrategies, BucketsArePaddedToAMultipleOfTheRanks) {
 TEST_P(DataParallelStrategies, OptimizerStateCoversEveryParameterOnce) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
   const auto parallel = parallel_for(model, communicator_, {}, options_for(GetParam(), 40, 100));
-  const bool sharded = GetParam() != Strategy::kDdp;
+  const bool sharded = GetParam() != "ddp";
   EXPECT_EQ(parallel->optimizer_state_is_sharded(), sharded);
   std::ostringstream names;
   for (const NamedTensor& tensor : parallel->optimizer_state())
@@ -259,7 +263,7 @@ TEST_P(DataParallelStrategies, AStepEqualsOneProcessOnTheAveragedGradient) {
     parallel->begin_backward(true);
     synthetic_backward(model, rank_weight());
     parallel->finish_gradient_sync();
-    if (GetParam() == Strategy::kDdp) {
+    if (GetParam() == "ddp") {
       for (const auto& parameter : model->parameters())
         EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, mean_weight()))) << "step " << step;
     }
@@ -311,7 +315,7 @@ TEST_P(DataParallelStrategies, ParametersWithoutGradientsAreReducedAfterBackward
   synthetic_backward(model, rank_weight(), skipped);
   parallel->finish_gradient_sync();
   const auto named = model->named_parameters();
-  if (GetParam() == Strategy::kDdp) {
+  if (GetParam() == "ddp") {
     EXPECT_TRUE(torch::equal(named[unused_everywhere].grad(), torch::zeros_like(named[unused_everywhere])));
     EXPECT_TRUE(torch::equal(named[unused_on_rank_zero].grad(),
                              torch::full_like(named[unused_on_rank_zero],
@@ -355,9 +359,49 @@ TEST_P(DataParallelStrategies, AccumulationMicroStepsDoNotCommunicate) {
   synthetic_backward(model, rank_weight());
   parallel->finish_gradient_sync();
   EXPECT_EQ(communicator_->stats().operations, operations_before + static_cast<int64_t>(parallel->num_buckets()));
-  if (GetParam() == Strategy::kDdp) {
+  if (GetParam() == "ddp") {
     for (const auto& parameter : model->parameters())
       EXPECT_TRUE(torch::equal(parameter.grad(), torch::full_like(parameter, 2 * mean_weight()))) << "averaged once";
+  }
+}
+
+// The sharded optimizer alone, against the plain one: each rank's slices of three parameters (one
+// bucket, padded to the ranks), their gradients the slices of one whole gradient, one clip and
+// AdamW step and the all-gather: every rank ends with the parameters and the norm that AdamW over
+// the whole parameters gives, clipped or not.
+TEST_F(DataParallelTest, ShardedOptimizerEqualsThePlainOneOverTheWhole) {
+  for (const double max_norm : {kNoClipping, 0.5}) {
+    torch::manual_seed(3);
+    const std::vector<torch::Tensor> initial = {torch::randn({5}), torch::randn({7}), torch::randn({2, 3})};
+    const std::vector<torch::Tensor> gradient = {torch::randn({5}), torch::randn({7}), torch::randn({2, 3})};
+    auto copies = [&] {
+      NamedParameters named;
+      for (size_t k = 0; k < initial.size(); ++k) {
+        named.names.push_back(k == 1 ? "b.bias" : "p" + std::to_string(k));  // b.bias: no weight decay
+        named.tensors.push_back(initial[k].clone().requires_grad_());
+      }
+      return named;
+    };
+    NamedParameters plain = copies();
+    for (size_t k = 0; k < plain.tensors.size(); ++k) plain.tensors[k].mutable_grad() = gradient[k].clone();
+    RankOptimizer whole(whole_parameters(plain), adam_with_decay());
+    const torch::Tensor whole_norm = whole.clip_and_step(max_norm, 0.01);
+
+    NamedParameters sharded = copies();
+    std::vector<FlatGroup> groups = group_into_buckets(sharded.tensors, 1.0, 1.0, std::nullopt);
+    ASSERT_EQ(groups.size(), 1u);
+    attach_gradient_views(groups, sharded.tensors, size_);
+    for (size_t k = 0; k < sharded.tensors.size(); ++k) sharded.tensors[k].grad().copy_(gradient[k]);
+    Shards shards(groups, sharded, rank_, size_, /*own_storage=*/false);
+    const int64_t slice = groups[0].shard_numel(size_);
+    shards[0].grad_shard.copy_(groups[0].grads.narrow(0, slice * rank_, slice));
+    RankOptimizer of_slices(shards.pieces(), sharded.tensors.size(), *communicator_, torch::kCPU, adam_with_decay());
+    const torch::Tensor sharded_norm = of_slices.clip_and_step(max_norm, 0.01);
+    shards.all_gather_parameters(*communicator_);
+
+    EXPECT_NEAR(sharded_norm.item<double>(), whole_norm.item<double>(), 1e-6 * whole_norm.item<double>());
+    for (size_t k = 0; k < plain.tensors.size(); ++k)
+      EXPECT_TRUE(torch::allclose(sharded.tensors[k], plain.tensors[k], 1e-6, 1e-7)) << sharded.names[k] << " " << max_norm;
   }
 }
 
@@ -416,14 +460,12 @@ TEST_P(SlicelessRank, TakesPartInEveryStep) {
   EXPECT_TRUE(skipped_inf);
 }
 
-std::string strategy_test_name(const ::testing::TestParamInfo<Strategy>& info) { return strategy_name(info.param); }
+std::string strategy_test_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
 
 // The tests above drive backward on the parameters directly, outside any forward: fsdp's parameters
 // exist whole only inside their unit's forward and backward, so its tests below go through forward.
-INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies,
-                         ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2), strategy_test_name);
-INSTANTIATE_TEST_SUITE_P(Strategies, SlicelessRank, ::testing::Values(Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp),
-                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies, ::testing::Values("ddp", "zero1", "zero2"), strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, SlicelessRank, ::testing::Values("zero1", "zero2", "fsdp"), strategy_test_name);
 
 // A forward and backward of the QA loss on `ids` ([batch, seq]), positions seeded by rank and step.
 void qa_backward_on(BertForQuestionAnswering& model, const torch::Tensor& ids, int rank, int step) {
@@ -470,8 +512,8 @@ void three_accumulated_steps(BertForQuestionAnswering& model, DataParallel& para
 }
 
 TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
-  std::map<Strategy, std::vector<torch::Tensor>> results;
-  for (Strategy strategy : {Strategy::kDdp, Strategy::kZero1, GetParam()}) {
+  std::map<std::string, std::vector<torch::Tensor>> results;
+  for (const std::string& strategy : {std::string("ddp"), std::string("zero1"), GetParam()}) {
     if (results.count(strategy)) continue;
     BertForQuestionAnswering model = make_model(tiny_config(), 1);
     const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options_for(strategy, 40, 100));
@@ -482,16 +524,15 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
   const auto names = make_model(tiny_config(), 1)->named_parameters().keys();
   const auto& mine = results[GetParam()];
   for (size_t k = 0; k < mine.size(); ++k) {
-    if (GetParam() == Strategy::kZero2) {
-      EXPECT_TRUE(torch::equal(mine[k], results[Strategy::kZero1][k])) << names[k];
+    if (GetParam() == "zero2") {
+      EXPECT_TRUE(torch::equal(mine[k], results["zero1"][k])) << names[k];
     }
     if (test::has_zero_true_gradient(names[k], tiny_config().num_hidden_layers)) continue;
-    EXPECT_TRUE(torch::allclose(mine[k], results[Strategy::kDdp][k], 1e-4, 1e-5)) << names[k];
+    EXPECT_TRUE(torch::allclose(mine[k], results["ddp"][k], 1e-4, 1e-5)) << names[k];
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values(Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp),
-                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values("zero1", "zero2", "fsdp"), strategy_test_name);
 
 // Activation checkpointing (ModelOptions::gradient_checkpointing) changes no strategy's result: with
 // dropout on, three steps with accumulation end bit for bit where the same strategy ends without it,
@@ -522,9 +563,7 @@ TEST_P(WithCheckpointing, EndsBitForBitWhereTheRunWithoutEnds) {
   for (size_t k = 0; k < plain.size(); ++k) EXPECT_TRUE(torch::equal(checkpointed[k], plain[k])) << names[k];
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, WithCheckpointing,
-                         ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp),
-                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, WithCheckpointing, ::testing::Values("ddp", "zero1", "zero2", "fsdp"), strategy_test_name);
 
 // ddp's sparse embedding exchange. Each rank's ids come from its own few rows (shifted each
 // micro-batch), so the ranks touch different, overlapping rows: the union, not any rank's own.
@@ -568,7 +607,7 @@ class SparseEmbedding : public DataParallelTest {
 // the same two halves; within round-off on 3, summed in another order), rows no rank touched
 // included (zero), and only the union of the touched rows was sent.
 TEST_F(SparseEmbedding, GivesTheDenseGradientsSendingTheTouchedRowsOnly) {
-  DataParallelOptions sparse_options = options_for(Strategy::kDdp, 40, 100), dense_options = sparse_options;
+  DataParallelOptions sparse_options = options_for("ddp", 40, 100), dense_options = sparse_options;
   dense_options.embedding_exchange = EmbeddingExchange::kDense;
   BertForQuestionAnswering dense_model = make_model(tiny_config(), 1);
   const auto dense = parallel_for(dense_model, communicator_, adam_with_decay(), dense_options);
@@ -612,7 +651,7 @@ TEST_F(SparseEmbedding, ExchangeNames) {
 
 // A union past sparse_rows_max_fraction of the vocabulary is all-reduced whole, on every rank.
 TEST_F(SparseEmbedding, ALargeUnionGoesDense) {
-  DataParallelOptions options = options_for(Strategy::kDdp, 40, 100), dense_options = options;
+  DataParallelOptions options = options_for("ddp", 40, 100), dense_options = options;
   options.sparse_rows_max_fraction = 2.5 / tiny_config().vocab_size;  // each rank alone touches 3 rows or more
   dense_options.embedding_exchange = EmbeddingExchange::kDense;
   BertForQuestionAnswering dense_model = make_model(tiny_config(), 1), model = make_model(tiny_config(), 1);
@@ -633,7 +672,7 @@ TEST_F(SparseEmbedding, ALargeUnionGoesDense) {
 // reduce-scatter per unit), and the parameters are whole only while WholeParameters holds them.
 TEST_F(DataParallelTest, FsdpHoldsItsSlicesOnlyAndGathersEveryMicroBatch) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kFsdp));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for("fsdp"));
   parallel->broadcast_parameters();
   const auto units = parallel->bucket_layout();
   EXPECT_EQ(units.size(), static_cast<size_t>(tiny_config().num_hidden_layers + 2));  // embeddings, layers, QA head
@@ -677,7 +716,7 @@ class BeforeAccumulation : public torch::autograd::FunctionPreHook {
 // other; between steps only the slices are.
 TEST_F(DataParallelTest, Zero2AllocatesABucketsFullGradientWhenItsFirstGradientArrives) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  const auto parallel = parallel_for(model, communicator_, {}, options_for(Strategy::kZero2, 40, 100));
+  const auto parallel = parallel_for(model, communicator_, {}, options_for("zero2", 40, 100));
   const auto buckets = parallel->bucket_layout();
   ASSERT_GE(buckets.size(), 3u);  // the same on every rank, before any collective
   parallel->broadcast_parameters();
@@ -807,7 +846,7 @@ TEST_P(ReducedPrecision, GradientsAreSummedInBf16AndLandInFp32) {
     stats[dtype] = parallel->sync_stats();
     if (dtype == CommDtype::kBf16) {
       EXPECT_EQ(mismatches(*parallel, flat_ranges(model), candidates), 0);
-      if (GetParam() == Strategy::kDdp) {
+      if (GetParam() == "ddp") {
         std::vector<double> sums;
         for (const auto& parameter : model->parameters()) sums.push_back(parameter.grad().sum(torch::kDouble).item<double>());
         EXPECT_TRUE(same_on_every_rank(sums, "gradient sums"));
@@ -818,9 +857,7 @@ TEST_P(ReducedPrecision, GradientsAreSummedInBf16AndLandInFp32) {
   EXPECT_EQ(stats[CommDtype::kFp32].bytes - mask, 2 * (stats[CommDtype::kBf16].bytes - mask));
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, ReducedPrecision,
-                         ::testing::Values(Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp),
-                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, ReducedPrecision, ::testing::Values("ddp", "zero1", "zero2", "fsdp"), strategy_test_name);
 
 // fsdp with param_dtype bf16: forward and backward compute with the weights rounded to bf16 (the
 // gathers moved bf16), so the gradients are those of the rounded weights; the slices keep the
@@ -836,7 +873,7 @@ TEST_F(ReducedPrecision, FsdpComputesWithBf16GatheredWeightsAndKeepsFp32Masters)
   for (const auto& share : shares) average += share;  // the fp32 sum in rank order: exact on up to 2 ranks
 
   BertForQuestionAnswering model = make_model(tiny_config(), 1), initial = make_model(tiny_config(), 1);
-  DataParallelOptions options = options_for(Strategy::kFsdp);
+  DataParallelOptions options = options_for("fsdp");
   options.param_dtype = CommDtype::kBf16;
   const auto parallel = parallel_for(model, communicator_, {}, options);
   parallel->broadcast_parameters();

@@ -98,6 +98,8 @@ class RecordingCommunicator : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "recording"; }
+  CommunicatorCapabilities capabilities() const override { return {}; }
+  std::unique_ptr<Communicator> split(int, int, const std::string&) override { return nullptr; }
   std::shared_ptr<Work> all_reduce_sum(torch::Tensor, const std::string&) override { return nullptr; }
   std::shared_ptr<Work> reduce_scatter_sum(torch::Tensor, torch::Tensor, const std::string&) override { return nullptr; }
   std::shared_ptr<Work> all_gather(torch::Tensor, torch::Tensor, const std::string&) override { return nullptr; }

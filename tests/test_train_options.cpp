@@ -146,8 +146,9 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--embedding-exchange rows", "--embedding-exchange: rows not in {sparse,dense}"},
       {"--optim sgd", "--optim: sgd not in {adamw_torch,adamw_torch_fused}"},
       {"--reduce-dtype fp16", "--reduce-dtype: fp16 not in {fp32,bf16}"},
-      {"--param-dtype bf16", "--param-dtype: bf16: applies to fsdp's parameter all-gathers; ddp keeps every parameter whole"},
-      {"--param-dtype bf16 --strategy zero2", "--param-dtype: bf16: applies to fsdp's parameter all-gathers; zero2 keeps"},
+      {"--param-dtype bf16",
+       "--param-dtype: bf16: applies to the parameter all-gathers of --strategy fsdp; ddp keeps every parameter whole"},
+      {"--param-dtype bf16 --strategy zero2", "--param-dtype: bf16: applies to the parameter all-gathers of --strategy fsdp"},
       {"--overwrite-output-dir --resume auto", "--overwrite-output-dir replaces the run that --resume auto would continue"},
       {"--do_eval", "--do_eval needs --eval-shards"},
       // HF's names of the same options, and what they accept.

@@ -16,6 +16,7 @@
 #include "mpibert/core/logging.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/parallel/strategies.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/runtime/peers.hpp"
@@ -49,6 +50,20 @@ CLI::Option* add_choice(CLI::App* command, const std::string& flags, Enum& value
   return command->add_option_function<std::string>(flags, store, help)
       ->check(CLI::IsMember(table))
       ->default_str(option_name(value));
+}
+
+// --strategy: the rows of the strategy table, each with its line.
+std::vector<std::string> strategy_choices() {
+  std::vector<std::string> names;
+  for (const StrategyRow& row : strategy_table()) names.push_back(row.name);
+  return names;
+}
+std::string strategy_help() {
+  std::string help = "with several ranks:";
+  for (const StrategyRow& row : strategy_table())
+    help += " " + row.name + (row.known_as.empty() ? "" : " (" + row.known_as + ")") + ": " + row.description + ";";
+  help.back() = '.';
+  return help;
 }
 
 // Registers fields of TrainOptions under the spellings for_each_train_option gives them, in the
@@ -267,9 +282,7 @@ void ModelCommands::Impl::add_train_options() {
   add.choice(o.mpi_collectives, {MpiAlgorithm::kRing, MpiAlgorithm::kOpenMpi},
              "the MPI backend's all-reduce and all-gather: ring (mpibert's ring for buffers from 256 KiB, the "
              "bandwidth optimum) or openmpi (Open MPI's tuned choice); reduce-scatter is Open MPI's either way");
-  add.choice(o.parallel.strategy, {Strategy::kDdp, Strategy::kZero1, Strategy::kZero2, Strategy::kFsdp},
-             "with several ranks: ddp (all-reduce), zero1 (optimizer state sharded), zero2 (and gradients), "
-             "fsdp (and parameters: ZeRO-3, FSDP FULL_SHARD)");
+  add(o.parallel.strategy, strategy_help())->check(CLI::IsMember(strategy_choices()))->capture_default_str();
   add(o.parallel.bucket_mb, "gradient bucket size in MiB (DDP's bucket_cap_mb)")->capture_default_str();
   add.choice(o.parallel.embedding_exchange, {EmbeddingExchange::kSparse, EmbeddingExchange::kDense},
              "ddp: sparse (only the word-embedding rows a step touched are all-reduced; dense when their union "

@@ -10,12 +10,9 @@
 
 namespace mpibert {
 
-CommunicatorFront::CommunicatorFront(std::string backend, double timeout_seconds, std::chrono::milliseconds poll_interval)
-    : backend_(std::move(backend)),
-      rank_(world_rank()),
-      size_(world_size()),
-      timeout_seconds_(timeout_seconds),
-      poll_interval_(poll_interval) {}
+CommunicatorFront::CommunicatorFront(std::string backend, int rank, int size, double timeout_seconds,
+                                     std::chrono::milliseconds poll_interval)
+    : backend_(std::move(backend)), rank_(rank), size_(size), timeout_seconds_(timeout_seconds), poll_interval_(poll_interval) {}
 
 // A backend that forgot stop_watchdog() would have its hooks called while it is destroyed.
 CommunicatorFront::~CommunicatorFront() { stop_watchdog(); }
@@ -49,6 +46,13 @@ std::shared_ptr<Work> CommunicatorFront::broadcast(torch::Tensor tensor, int roo
 
 void CommunicatorFront::barrier(const std::string& what) {
   track(what, 0, [&] { return issue_barrier(what); })->wait();
+}
+
+std::unique_ptr<Communicator> CommunicatorFront::split(int color, int key, const std::string& what) {
+  if (color < 0) throw std::invalid_argument("split: color " + std::to_string(color) + " is negative");
+  std::unique_ptr<Communicator> result;
+  track(what, 0, [&] { return issue_split(color, key, what, result); })->wait();
+  return result;
 }
 
 CommunicatorStats CommunicatorFront::stats() const { return in_flight_.stats(); }

@@ -32,12 +32,13 @@ class CommunicatorFront : public Communicator {
   std::shared_ptr<Work> all_gather(torch::Tensor input, torch::Tensor output, const std::string& what) final;
   std::shared_ptr<Work> broadcast(torch::Tensor tensor, int root, const std::string& what) final;
   void barrier(const std::string& what) final;
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& what) final;
   CommunicatorStats stats() const final;
 
  protected:
-  // `backend`: "mpi" or "nccl"; the ranks are MPI_COMM_WORLD's. The watchdog polls every
+  // `backend`: "mpi" or "nccl"; this process is `rank` of `size` ranks. The watchdog polls every
   // `poll_interval` while something is in flight.
-  CommunicatorFront(std::string backend, double timeout_seconds, std::chrono::milliseconds poll_interval);
+  CommunicatorFront(std::string backend, int rank, int size, double timeout_seconds, std::chrono::milliseconds poll_interval);
 
   // Throws std::invalid_argument when the backend cannot take `tensor` (dtype, device, size); the
   // front has checked that it is contiguous. `role` names it ("all-reduce tensor").
@@ -52,6 +53,9 @@ class CommunicatorFront : public Communicator {
   virtual std::shared_ptr<Work> issue_broadcast(const torch::Tensor& tensor, int root, const std::string& what) = 0;
   // Its Work's wait() blocks the host until every rank got there.
   virtual std::shared_ptr<Work> issue_barrier(const std::string& what) = 0;
+  // Queues the split; `result` holds the new communicator once the Work is done (waited for).
+  virtual std::shared_ptr<Work> issue_split(int color, int key, const std::string& what,
+                                            std::unique_ptr<Communicator>& result) = 0;
 
   // On the watchdog's thread, for a backend that learns of progress by polling (NCCL's events):
   // reports on the oldest operation, issued as `oldest`, through in_flight(); true when it

@@ -109,15 +109,25 @@ class MpiWork : public Work {
   Clock::time_point completed_at_;
 };
 
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+int comm_size(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
 class MpiCommunicator : public CommunicatorFront {
  public:
-  MpiCommunicator(double timeout_seconds, const MpiCollectives& collectives)
-      : CommunicatorFront("mpi", timeout_seconds, std::chrono::milliseconds(200)),
-        ring_min_bytes_(collectives.algorithm == MpiAlgorithm::kRing ? collectives.ring_min_bytes : INT64_MAX) {
-    {
-      const OpenMpiOwnAllocations not_ours;
-      MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
-    }
+  // Takes `comm` (a duplicate of MPI_COMM_WORLD, or a split of one) and frees it when it goes.
+  MpiCommunicator(MPI_Comm comm, double timeout_seconds, int64_t ring_min_bytes)
+      : CommunicatorFront("mpi", comm_rank(comm), comm_size(comm), timeout_seconds, std::chrono::milliseconds(200)),
+        comm_(comm),
+        ring_min_bytes_(ring_min_bytes) {
     worker_ = std::thread([this] { run_worker(); });
     start_watchdog();
   }
@@ -139,6 +149,7 @@ class MpiCommunicator : public CommunicatorFront {
   }
 
   std::shared_ptr<Mark> mark() override { return std::make_shared<HostMark>(); }
+  CommunicatorCapabilities capabilities() const override { return {}; }
 
  protected:
   void check_tensor(const torch::Tensor& tensor, const char* role) const override {
@@ -205,6 +216,19 @@ class MpiCommunicator : public CommunicatorFront {
 
   std::shared_ptr<Work> issue_barrier(const std::string& what) override {
     return enqueue(what, Staging{}, [this] { MPI_Barrier(comm_); });
+  }
+
+  // On the worker, in order with the operations on comm_ (MPI collectives on one communicator must
+  // not run from two threads at once).
+  std::shared_ptr<Work> issue_split(int color, int key, const std::string& what, std::unique_ptr<Communicator>& result) override {
+    return enqueue(what, Staging{}, [this, color, key, &result] {
+      MPI_Comm sub = MPI_COMM_NULL;
+      {
+        const OpenMpiOwnAllocations not_ours;
+        MPI_Comm_split(comm_, color, key, &sub);
+      }
+      result = std::make_unique<MpiCommunicator>(sub, timeout_seconds(), ring_min_bytes_);
+    });
   }
 
  private:
@@ -285,7 +309,13 @@ class MpiCommunicator : public CommunicatorFront {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds, const MpiCollectives& collectives) {
-  return std::make_unique<MpiCommunicator>(timeout_seconds, collectives);
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    const OpenMpiOwnAllocations not_ours;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  }
+  return std::make_unique<MpiCommunicator>(comm, timeout_seconds,
+                                           collectives.algorithm == MpiAlgorithm::kRing ? collectives.ring_min_bytes : INT64_MAX);
 }
 
 }  // namespace mpibert

@@ -101,10 +101,40 @@ class NcclWork : public Work {
   bool host_waits_;
 };
 
+// Done when made: what a host-synchronous backend call (a split) gives the front to track.
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+  bool done() const override { return true; }
+  double seconds() const override { return 0; }
+  double seconds_after(const Mark&) const override { return 0; }
+};
+
+int user_rank(ncclComm_t comm) {
+  int rank = 0;
+  check_nccl(ncclCommUserRank(comm, &rank), "ncclCommUserRank", "a split communicator");
+  return rank;
+}
+
+int rank_count(ncclComm_t comm) {
+  int count = 0;
+  check_nccl(ncclCommCount(comm, &count), "ncclCommCount", "a split communicator");
+  return count;
+}
+
 class NcclCommunicator : public CommunicatorFront {
  public:
+  // A split of another communicator: `comm` is ready (split() settled it).
+  NcclCommunicator(ncclComm_t comm, c10::DeviceIndex device, double timeout_seconds)
+      : CommunicatorFront("nccl", user_rank(comm), rank_count(comm), timeout_seconds, std::chrono::milliseconds(1)),
+        device_(device),
+        comm_(comm),
+        stream_(c10::cuda::getStreamFromPool(false, device_)) {
+    start_watchdog();
+  }
+
   NcclCommunicator(int device_index, double timeout_seconds)
-      : CommunicatorFront("nccl", timeout_seconds, std::chrono::milliseconds(1)),
+      : CommunicatorFront("nccl", world_rank(), world_size(), timeout_seconds, std::chrono::milliseconds(1)),
         device_(static_cast<c10::DeviceIndex>(device_index)),
         stream_(c10::cuda::getStreamFromPool(false, device_)) {
     c10::cuda::CUDAGuard guard(device_);
@@ -143,6 +173,7 @@ class NcclCommunicator : public CommunicatorFront {
   }
 
   std::shared_ptr<Mark> mark() override { return std::make_shared<CudaMark>(device_); }
+  CommunicatorCapabilities capabilities() const override { return {/*device_streams=*/true}; }
 
  protected:
   void check_tensor(const torch::Tensor& tensor, const char* role) const override {
@@ -187,6 +218,34 @@ class NcclCommunicator : public CommunicatorFront {
           return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat, ncclSum, comm_, stream);
         },
         true);
+  }
+
+  // Collective over this communicator's ranks; the front holds issue_mutex(), so no other NCCL call
+  // on it interleaves. Non-blocking, settled within the collective timeout.
+  std::shared_ptr<Work> issue_split(int color, int key, const std::string& what, std::unique_ptr<Communicator>& result) override {
+    if (aborted_) throw PeerFailure("the NCCL communicator was aborted (its error is logged above)");
+    c10::cuda::CUDAGuard guard(device_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t sub = nullptr;
+    const ncclResult_t split = ncclCommSplit(comm_, color, key, &sub, &config);
+    if (split != ncclInProgress) check_nccl(split, "ncclCommSplit", what);
+    // The new communicator settles on its own state, as start-up does.
+    ncclResult_t state = ncclInProgress;
+    const auto since = Clock::now();
+    while (state == ncclInProgress) {
+      ncclCommGetAsyncError(sub, &state);
+      if (state != ncclInProgress) break;
+      if (timeout_seconds() > 0 && seconds_since(since) > timeout_seconds()) {
+        ncclCommAbort(sub);
+        abort_communicator();
+        report_collective_timeout(what, seconds_since(since), timeout_seconds());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    check_nccl(state, "ncclCommSplit", what);
+    result = std::make_unique<NcclCommunicator>(sub, device_, timeout_seconds());
+    return std::make_shared<CompletedWork>();
   }
 
   // Operations finish in stream order: the front polls the oldest. Its clock starts when it starts

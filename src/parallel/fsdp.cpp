@@ -1,202 +1,105 @@
-// fsdp (FSDP FULL_SHARD, ZeRO stage 3): the groups are the model's units, and a rank holds only
-// its 1/N slice of each unit's parameters. The parameters of a unit are whole only while the unit
-// computes: the hooks below run around each unit's forward (UnitHooks, called by the model) and
-// at the start of its backward (a hook on the gradient of the unit's output); the end of its
-// backward is its last gradient arriving, when its gradients are reduce-scattered.
+// fsdp (FSDP FULL_SHARD, ZeRO stage 3): the groups are the model's units, and a rank holds only its
+// 1/N slice of each unit's parameters, gradients and AdamW state. The unit gatherer makes a unit
+// whole around its forward and its backward (unit_gatherer.hpp); its gradients are
+// reduce-scattered as soon as its backward is done, and its full gradient buffer freed.
+// Gradient accumulation cannot skip communication here: parameters are gathered for every
+// micro-batch, and gradients are reduce-scattered every micro-batch too (keeping them whole until
+// the last would cost the memory fsdp exists to save).
 #include <torch/torch.h>
 
-#include "cast_collectives.hpp"
-#include "grouped_parallel.hpp"
+#include "flat_groups.hpp"
+#include "fsdp.hpp"
+#include "gradient_reducer.hpp"
+#include "rank_optimizer.hpp"
+#include "shards.hpp"
+#include "strategy_parts.hpp"
+#include "unit_gatherer.hpp"
 
 namespace mpibert {
-namespace {
 
-class Fsdp;
-
-class FsdpUnitHooks : public UnitHooks {
- public:
-  explicit FsdpUnitHooks(Fsdp& fsdp) : fsdp_(fsdp) {}
-  void before_unit(size_t unit) override;
-  void after_unit(size_t unit, const torch::Tensor& output) override;
-
- private:
-  Fsdp& fsdp_;
-};
-
-class Fsdp final : public ShardedParallel {
- public:
-  Fsdp(const ModelDescription& model, std::shared_ptr<Communicator> communicator, const AdamWOptions& adam,
-       const DataParallelOptions& options)
-      : ShardedParallel(model, std::move(communicator), options, /*releases_gradients=*/true),
-        set_unit_hooks_(model.set_unit_hooks) {
-    groups_ = group_into_units(names_, parameters_, model.unit_prefixes);
-    attach_gradient_views();
-    build_shards(adam, /*own_shard_storage=*/true);
-    install_hooks(/*allocate_before_accumulation=*/false);
-    unit_hooks_ = std::make_unique<FsdpUnitHooks>(*this);
-    set_unit_hooks_(unit_hooks_.get());
-    release_gradient_buffers();  // allocated again when the unit's backward starts
-    log_layout("fsdp", "units", std::string(" gathered in ") + comm_dtype_name(options.param_dtype));
-  }
-  ~Fsdp() override { set_unit_hooks_(nullptr); }
-
-  // Rank 0's whole units (as built, or gathered), then each rank keeps its slices.
-  void broadcast_parameters() override {
-    torch::NoGradGuard no_grad;
-    std::vector<std::shared_ptr<Work>> works;
-    for (size_t u = 0; u < groups_.size(); ++u) gather_async(u, unit_dtype());
-    for (size_t u = 0; u < groups_.size(); ++u) wait_gathered(u);
-    for (FlatGroup& unit : groups_) works.push_back(communicator_->broadcast(unit.params, 0, "broadcast of " + unit.what));
-    for (auto& work : works) work->wait();
-    for (FlatGroup& unit : groups_)
-      unit.param_shard.copy_(unit.params.narrow(0, unit.shard_numel(world_) * rank_, unit.shard_numel(world_)));
-    if (!whole_model_)
-      for (size_t u = 0; u < groups_.size(); ++u) release_parameters(u);
-  }
-
-  // In the parameters' own dtype, whatever --param-dtype: evaluation and saving get the exact
-  // weights. A unit still whole from training may hold bf16-rounded values: it is gathered again.
-  void gather_full_parameters() override {
-    if (whole_model_) return;
-    if (compute_wire_ != unit_dtype())
-      for (size_t u = 0; u < groups_.size(); ++u) {
-        wait_gathered(u);
-        release_parameters(u);
-      }
-    for (size_t u = 0; u < groups_.size(); ++u) gather_async(u, unit_dtype());
-    for (size_t u = 0; u < groups_.size(); ++u) wait_gathered(u);
-    whole_model_ = true;
-  }
-
-  void release_full_parameters() override {
-    if (!whole_model_) return;
-    whole_model_ = false;
-    for (size_t u = 0; u < groups_.size(); ++u) release_parameters(u);
-  }
-
-  // Gradient accumulation cannot skip communication here: every micro-batch's gradients are
-  // reduce-scattered (keeping them whole until the last would cost the memory fsdp exists to save).
-  void begin_backward(bool /*synchronize*/) override {
-    if (synchronizing_) close_backward();  // the micro-batch before, on accumulation
-    GroupedParallel::begin_backward(/*synchronize=*/true);
-  }
-
-  void zero_grad() override {
-    reduced_micro_batches_ = 0;
-    GroupedParallel::zero_grad();
-  }
-
-  MemoryFootprint memory_footprint() const override {
-    MemoryFootprint footprint = ShardedParallel::memory_footprint();
-    for (const FlatGroup& group : groups_) footprint.parameters += storage_bytes(group.param_shard);
-    return footprint;
-  }
-
-  // The unit hooks' view (FsdpUnitHooks).
-  bool whole_model() const { return whole_model_; }
-  size_t num_units() const { return groups_.size(); }
-
-  // For forward and backward: in --param-dtype.
-  void gather_async(size_t u) { gather_async(u, compute_wire_); }
-  void gather_async(size_t u, torch::ScalarType wire) {
-    FlatGroup& unit = groups_[u];
-    if (unit.gather || storage_allocated(unit.params)) return;
-    allocate_storage(unit.params);
-    unit.gather = all_gather_as(wire, *communicator_, unit.param_shard, unit.params, "all-gather of " + unit.what);
-  }
-  using GroupedParallel::wait_gathered;
-
-  void release_parameters(size_t u) {
-    FlatGroup& unit = groups_[u];
-    // A gather in flight still writes into the buffer (only on an error path: otherwise it was waited for).
-    if (whole_model_ || unit.gather || !storage_allocated(unit.params)) return;
-    release_storage(unit.params);
-  }
-
-  // Backward reached unit `u`: its parameters are needed now, its gradient buffer comes back, and
-  // the unit before it is prefetched.
-  void begin_unit_backward(size_t u) {
-    if (whole_model_) return;
-    gather_in_backward(u);
-    allocate_zeroed_if_released(groups_[u].grads);
-    if (u > 0) mark_ready(PlannedCollective::kGather, u - 1);
-  }
-
- protected:
-  // From the last unit to the first: the gather of the unit before (prefetched when this one's
-  // backward starts), then this unit's reduce-scatter (when its backward is done).
-  void plan_backward() override {
-    plan_.clear();
-    next_in_plan_ = 0;
-    for (size_t u = groups_.size(); u-- > 0;) {
-      if (u > 0) plan_.push_back({PlannedCollective::kGather, u - 1});
-      plan_.push_back({PlannedCollective::kReduce, u});
-    }
-  }
-  void issue_gather(size_t u) override { gather_async(u); }
-  void group_complete(size_t u) override { release_parameters(u); }  // the unit's backward is done with them
-  const char* groups_are() const override { return "units are"; }
-
-  // Later micro-batches of a step reduce-scatter into `incoming`, added to the slice once done.
-  torch::Tensor reduce_target(size_t u) override {
-    FlatGroup& unit = groups_[u];
-    if (reduced_micro_batches_ == 0) return unit.grad_shard;
-    return unit.incoming = torch::empty_like(unit.grad_shard);
-  }
-
-  // Each unit released its parameters when its backward ended. (Not here: on accumulation this
-  // runs after the next micro-batch's forward, which kept the last unit's for its backward.)
-  void reductions_done() override {
-    ShardedParallel::reductions_done();
-    ++reduced_micro_batches_;
-  }
-
-  void after_step() override {}  // the next forward gathers the updated slices
-
- private:
-  // Its parameters gathered, unless the plan could not issue that gather yet: then everything
-  // planned before it is issued first.
-  void gather_in_backward(size_t u) {
-    if (!storage_allocated(groups_[u].params) && !groups_[u].gather) {
-      for (size_t i = next_in_plan_; i < plan_.size(); ++i) {
-        plan_[i].ready = true;
-        if (plan_[i].kind == PlannedCollective::kGather && plan_[i].group == u) break;
-      }
-      issue_ready();
-    }
-    wait_gathered(u);
-  }
-
-  torch::ScalarType unit_dtype() const { return groups_.front().params.scalar_type(); }
-
-  const torch::ScalarType compute_wire_ = comm_scalar_type(options_.param_dtype);
-  std::function<void(UnitHooks*)> set_unit_hooks_;
-  std::unique_ptr<UnitHooks> unit_hooks_;
-  bool whole_model_ = false;           // gather_full_parameters() holds every unit whole
-  int64_t reduced_micro_batches_ = 0;  // in this step so far
-};
-
-// The unit's parameters gathered, the next unit's gather started behind it.
-void FsdpUnitHooks::before_unit(size_t unit) {
-  if (fsdp_.whole_model()) return;
-  fsdp_.gather_async(unit);
-  if (unit + 1 < fsdp_.num_units()) fsdp_.gather_async(unit + 1);
-  fsdp_.wait_gathered(unit);
+Fsdp::Fsdp(const ModelDescription& model, std::shared_ptr<Communicator> job, std::shared_ptr<Communicator> shard_group,
+           std::shared_ptr<Communicator> replicas, const AdamWOptions& adam, const DataParallelOptions& options,
+           const std::string& name)
+    : job_(std::move(job)),
+      shard_group_(std::move(shard_group)),
+      replicas_(std::move(replicas)),
+      parameters_(named_parameters(model)) {
+  groups_ = group_into_units(parameters_, model.unit_prefixes);
+  std::vector<size_t> group_of = attach_gradient_views(groups_, parameters_.tensors, shard_group_->size());
+  shards_ = std::make_unique<Shards>(groups_, parameters_, shard_group_->rank(), shard_group_->size(), /*own_storage=*/true);
+  optimizer_ = std::make_unique<RankOptimizer>(shards_->pieces(), parameters_.tensors.size(), *shard_group_,
+                                               parameters_.tensors.front().device(), adam);
+  if (replicas_ && replicas_->rank() > 0) optimizer_->mark_replica();
+  ShardedGradients::Options reduction;
+  reduction.job_ranks = job_->size();
+  reduction.reduce_dtype = options.reduce_dtype;
+  reduction.releases_gradients = true;
+  reduction.reduces_every_micro_batch = true;
+  gradients_ = std::make_unique<ShardedGradients>(groups_, *shards_, *shard_group_, replicas_.get(), reduction,
+                                                  [this](const std::shared_ptr<Work>& work, int64_t bytes) {
+                                                    reducer_->record(work, bytes);
+                                                  });
+  GroupActions actions;
+  actions.reduce = [this](size_t u) { return gradients_->reduce(u); };
+  actions.gather = [this](size_t u) { gatherer_->gather(u); };
+  actions.complete = [this](size_t u) { gatherer_->release(u); };  // the unit's backward is done with them
+  actions.issued = [this] { gradients_->issued(); };
+  actions.closed = [this] {
+    gatherer_->wait_all();
+    gradients_->closed();
+  };
+  reducer_ = std::make_unique<GradientReducer>(parameters_.tensors, groups_, std::move(group_of), *job_, std::move(actions),
+                                               "units are");
+  gatherer_ =
+      std::make_unique<UnitGatherer>(groups_, *shards_, *shard_group_, *reducer_, options.param_dtype, model.set_unit_hooks);
+  for (FlatGroup& unit : groups_) release_storage(unit.grads);  // allocated again when the unit's backward starts
+  log_layout(name, *job_, options, groups_, "units",
+             std::string(" gathered in ") + comm_dtype_name(options.param_dtype) +
+                 (replicas_ ? ", sharded over " + std::to_string(shard_group_->size()) + " ranks and replicated " +
+                                  std::to_string(replicas_->size()) + " times"
+                            : ""),
+             optimizer_->state_bytes());
 }
 
-// Released after forward, except the last unit's, which backward needs at once.
-void FsdpUnitHooks::after_unit(size_t unit, const torch::Tensor& output) {
-  if (fsdp_.whole_model()) return;
-  const bool backward_follows = torch::GradMode::is_enabled() && output.requires_grad();
-  if (backward_follows) output.register_hook([this, unit](const torch::Tensor&) { fsdp_.begin_unit_backward(unit); });
-  if (!backward_follows || unit + 1 < fsdp_.num_units()) fsdp_.release_parameters(unit);
+Fsdp::~Fsdp() = default;
+
+void Fsdp::broadcast_parameters() { gatherer_->broadcast_from_rank0(*job_); }
+void Fsdp::gather_full_parameters() { gatherer_->gather_whole(); }
+void Fsdp::release_full_parameters() { gatherer_->release_whole(); }
+
+void Fsdp::begin_backward(bool /*synchronize*/) {
+  if (reducer_->synchronizing()) reducer_->close_backward();  // the micro-batch before, on accumulation
+  reducer_->begin_backward(/*synchronize=*/true, gatherer_->backward_plan());
 }
 
-}  // namespace
+void Fsdp::finish_gradient_sync() { reducer_->finish_step(); }
+
+// The next forward gathers the updated slices.
+torch::Tensor Fsdp::clip_and_step(double max_norm, double lr) { return optimizer_->clip_and_step(max_norm, lr); }
+
+void Fsdp::zero_grad() {
+  zero_gradient_buffers(groups_);
+  shards_->zero_gradient_slices();
+  gradients_->start_step();
+}
+
+SyncStats Fsdp::sync_stats() const { return reducer_->stats(); }
+std::vector<BucketLayout> Fsdp::bucket_layout() const { return layout_of(groups_, parameters_); }
+
+MemoryFootprint Fsdp::memory_footprint() const {
+  MemoryFootprint footprint;
+  footprint.optimizer_state = optimizer_->state_bytes();
+  footprint.parameters = shards_->parameter_bytes();
+  for (const FlatGroup& group : groups_) footprint.gradients += storage_bytes(group.grads);
+  footprint.gradients += shards_->gradient_slice_bytes() + gradients_->incoming_bytes();
+  return footprint;
+}
+
+RankOptimizer& Fsdp::optimizer() const { return *optimizer_; }
 
 std::unique_ptr<DataParallel> make_fsdp(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
                                         const AdamWOptions& adam, const DataParallelOptions& options) {
-  return std::make_unique<Fsdp>(model, std::move(communicator), adam, options);
+  return std::make_unique<Fsdp>(model, communicator, communicator, nullptr, adam, options, "fsdp");
 }
 
 }  // namespace mpibert

@@ -7,8 +7,8 @@
 #include <map>
 #include <optional>
 
-#include "grouped_parallel.hpp"
 #include "mpibert/core/error.hpp"
+#include "rank_optimizer.hpp"
 
 namespace mpibert {
 namespace {

@@ -2,40 +2,30 @@
 // communication.
 #include <torch/torch.h>
 
-#include "grouped_parallel.hpp"
+#include "rank_optimizer.hpp"
+#include "strategy_parts.hpp"
 
 namespace mpibert {
 namespace {
 
 class SingleProcess final : public DataParallel {
  public:
-  SingleProcess(const ModelDescription& model, const AdamWOptions& adam) {
-    torch::OrderedDict<std::string, torch::Tensor> named;
-    for (const auto& [name, parameter] : model.parameters) {
-      named.insert(name, parameter);
-      parameters_.push_back(parameter);
-    }
-    optimizer_ = std::make_unique<AdamW>(named, adam);
-  }
+  SingleProcess(const ModelDescription& model, const AdamWOptions& adam)
+      : parameters_(named_parameters(model)), optimizer_(whole_parameters(parameters_), adam) {}
 
   void broadcast_parameters() override {}
   void begin_backward(bool /*synchronize*/) override {}
   void finish_gradient_sync() override {}
-  torch::Tensor clip_and_step(double max_norm, double lr) override {
-    torch::Tensor norm = clip_grad_norm(parameters_, max_norm);
-    optimizer_->step(lr);
-    return norm;
-  }
-  void zero_grad() override { optimizer_->zero_grad(); }
+  torch::Tensor clip_and_step(double max_norm, double lr) override { return optimizer_.clip_and_step(max_norm, lr); }
+  void zero_grad() override { optimizer_.zero_grad(); }
   bool optimizer_state_is_sharded() const override { return false; }
-  torch::Device device() const override { return parameters_.empty() ? torch::kCPU : parameters_.front().device(); }
   SyncStats sync_stats() const override { return {}; }
   std::vector<BucketLayout> bucket_layout() const override { return {}; }
 
   MemoryFootprint memory_footprint() const override {
     MemoryFootprint footprint;
-    footprint.optimizer_state = optimizer_state_bytes();
-    for (const auto& parameter : parameters_) {
+    footprint.optimizer_state = optimizer_.state_bytes();
+    for (const auto& parameter : parameters_.tensors) {
       footprint.parameters += static_cast<int64_t>(parameter.nbytes());
       footprint.gradients += parameter.grad().defined() ? static_cast<int64_t>(parameter.grad().nbytes()) : 0;
     }
@@ -43,11 +33,12 @@ class SingleProcess final : public DataParallel {
   }
 
  protected:
-  AdamW& optimizer() const override { return *optimizer_; }
+  RankOptimizer& optimizer() const override { return optimizer_; }
+  Communicator* job() const override { return nullptr; }
 
  private:
-  std::vector<torch::Tensor> parameters_;
-  std::unique_ptr<AdamW> optimizer_;
+  NamedParameters parameters_;
+  mutable RankOptimizer optimizer_;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mpibert/core/error.hpp"
+#include "mpibert/parallel/strategies.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/train/training_checkpoint.hpp"
 
@@ -64,6 +65,21 @@ std::string earlier_run_files(const std::string& output_dir) {
   std::string list;
   for (const std::string& name : found) list += (list.empty() ? "" : ", ") + name;
   return list;
+}
+
+// The strategy is a row of the table, and an option only some strategies read is given only to them.
+void check_strategy_options(const TrainOptions& o) {
+  const StrategyRow* row = find_strategy(o.parallel.strategy);
+  const std::string strategy_flag = train_option_field(o, o.parallel.strategy).flag();
+  if (!row) throw InputError(describe(strategy_flag, o.parallel.strategy, "not one of " + strategy_names()));
+  std::string readers;
+  for (const StrategyRow& other : strategy_table())
+    if (other.reads_param_dtype) readers += (readers.empty() ? "--strategy " : " or ") + other.name;
+  if (o.parallel.param_dtype != CommDtype::kFp32 && !row->reads_param_dtype)
+    throw InputError(describe(train_option_field(o, o.parallel.param_dtype).flag(), comm_dtype_name(o.parallel.param_dtype),
+                              "applies to the parameter all-gathers of " + readers + "; " + row->name +
+                                  " keeps every parameter whole in fp32 (use " + readers +
+                                  ", or --reduce-dtype for the gradients)"));
 }
 
 // "--lr-scheduler-kwargs: GIVEN: KEY: problem".
@@ -143,11 +159,7 @@ void check_train_options(const TrainOptions& o) {
   check.at_least(o.profile_schedule.active, 1);
   check.at_least(o.dataloader_num_workers, 0);
   check_intervals(o);
-  if (o.parallel.param_dtype != CommDtype::kFp32 && o.parallel.strategy != Strategy::kFsdp)
-    throw InputError(describe(check.flag(o.parallel.param_dtype), comm_dtype_name(o.parallel.param_dtype),
-                              std::string("applies to fsdp's parameter all-gathers; ") + strategy_name(o.parallel.strategy) +
-                                  " keeps every parameter whole in fp32 (use --strategy fsdp, or --reduce-dtype for the "
-                                  "gradients)"));
+  check_strategy_options(o);
   if (o.model.autocast_bf16 && o.model.autocast_fp16)
     throw InputError(check.flag(o.model.autocast_fp16) + " and " + check.flag(o.model.autocast_bf16) + ": give one of them");
   if (o.train_dir.empty())

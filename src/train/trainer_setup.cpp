@@ -186,7 +186,7 @@ CheckpointContext Trainer::checkpoint_context() const {
           options_.vocab,
           ranks_.rank,
           ranks_.size,
-          ranks_.size > 1 ? strategy_name(options_.parallel.strategy) : "ddp",
+          ranks_.size > 1 ? options_.parallel.strategy : "ddp",
           options_.save_total_limit,
           options_.batch_size};
 }

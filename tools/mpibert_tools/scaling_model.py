@@ -16,7 +16,7 @@ reduce_dtype/param_dtype), check.md gets a section on it; its links are fitted f
 on A100/H100 nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json: step
 time per strategy and the largest batch per GPU that fits in memory.
 
-The step (as mpibert's src/parallel/ (grouped_parallel.cpp, ddp.cpp, fsdp.cpp) and src/train/trainer.cpp do it):
+The step (as mpibert's src/parallel/ (flat_groups.cpp, gradient_reducer.cpp, ddp.cpp, fsdp.cpp) and src/train/trainer.cpp do it):
   ddp, zero1, zero2:
     step = data + forward + backward + exposed gradient communication + optimizer
            (+ zero1/zero2: the norm all-reduce and the parameter all-gather after the optimizer,
@@ -201,7 +201,7 @@ def backward_costs(params, config, seq_len):
 
 
 # ----------------------------------------------------------------------------------------
-# Buckets (mpibert's group_into_buckets, src/parallel/grouped_parallel.cpp)
+# Buckets (mpibert's group_into_buckets, src/parallel/flat_groups.cpp)
 
 @dataclass
 class Bucket:

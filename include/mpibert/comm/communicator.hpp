@@ -56,12 +56,27 @@ struct CommunicatorStats {
 // destructor waiting forever.
 enum class Teardown { kFinish, kAbandon };
 
+// What a backend's operations are like, for callers that plan around it (rather than test its name).
+struct CommunicatorCapabilities {
+  // Operations run on a device stream, ordered after the caller's by events: wait() orders the
+  // caller's stream and returns at once (NCCL). Otherwise wait() blocks the host until the
+  // operation is done (MPI).
+  bool device_streams = false;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+  virtual std::string backend() const = 0;  // "mpi" or "nccl", for logs and records
+  virtual CommunicatorCapabilities capabilities() const = 0;
+
+  // Collective over this communicator, in order with its operations (MPI_Comm_split,
+  // ncclCommSplit): a communicator of the ranks that gave the same `color` (>= 0), ranked by `key`
+  // (ties by rank here). It has its own watchdog and the same collective timeout, and a failure in
+  // it ends the whole job as one here does.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& what) = 0;
 
   // `what` names the operation in timeout reports ("all-reduce of gradient bucket 3").
   // Sum over ranks, in place.

@@ -46,6 +46,7 @@ class AdamW {
   };
   // For checkpoints: moments by parameter name, and the step count.
   std::vector<Slot>& slots() { return slots_; }
+  const std::vector<Slot>& slots() const { return slots_; }
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
 
  private:

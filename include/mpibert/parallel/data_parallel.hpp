@@ -1,34 +1,18 @@
 // Data parallelism: gradient synchronization and the optimizer step, for one process or many, as
-// one small interface with a file per strategy (src/parallel/: ddp.cpp, zero1.cpp, zero2.cpp,
-// fsdp.cpp, single_process.cpp). The strategies know no BERT: they are built from a model's
-// description (nn/model_description.hpp).
+// one small interface. The strategies (their table: strategies.hpp) know no BERT: they are built
+// from a model's description (nn/model_description.hpp), as torchtitan applies parallelism to a
+// model from outside, and each is a short composition of parts (src/parallel/): the gradient
+// reducer (c10d's Reducer: parameters in flat groups, hooks on their gradient accumulators, a
+// backward's collectives issued in one order on every rank as soon as each is ready), the shards
+// of the sharded strategies with the reduction into them, the unit gatherer of fsdp, the sparse
+// embedding exchange of ddp, and the rank's optimizer (AdamW over what the rank holds).
 //
-// Modeled on PyTorch's c10d Reducer and FSDP. Parameters are grouped into flat groups: buckets in
-// reverse registration order (roughly the order backward produces their gradients; the first
-// bucket is small so that communication starts early), or, for fsdp, the model's units. Each
-// parameter's .grad is a view into its group's flat buffer, so autograd accumulates straight into
-// it; a hook on the parameter's gradient accumulator counts the group down, and when a group is
-// complete its reduction starts at once (groups are launched in index order on every rank),
-// overlapping the rest of backward.
-//
-//   ddp    the bucket is averaged across ranks (all-reduce); every rank keeps the whole AdamW
-//          state and applies the same update.
-//   zero1  ZeRO stage 1: the bucket is reduce-scattered, each rank keeps AdamW state for its
-//          1/N slice of every bucket only, updates that slice, and the parameters are
-//          all-gathered back. Same arithmetic as ddp, 1/N of the optimizer memory.
-//   zero2  ZeRO stage 2: as zero1, and a bucket's full-size gradient buffer exists only from its
-//          first gradient of the step to its reduce-scatter's end: between steps a rank holds only
-//          its 1/N gradient slices, and during a backward without accumulation only the buckets
-//          not yet reduced (with accumulation, those the first micro-batch filled stay until the
-//          last one's reduce-scatter).
-//   fsdp   FSDP FULL_SHARD / ZeRO stage 3: the groups are the model's units (UnitHooks), and a
-//          rank holds only its 1/N slice of each unit's parameters. A unit is all-gathered just
-//          before its forward (the next unit's gather prefetched) and freed after it (the last
-//          one is kept for backward), gathered again before its backward (the one before it
-//          prefetched), and its gradients reduce-scattered as soon as its backward is done.
-//          Gradient accumulation cannot skip communication here: parameters are gathered for
-//          every micro-batch, and gradients are reduce-scattered every micro-batch too (keeping
-//          them whole until the last would cost the memory fsdp exists to save).
+// Parameters are grouped into flat groups: buckets in reverse registration order (roughly the
+// order backward produces their gradients; the first bucket is small so that communication starts
+// early), or the model's units for the strategies that shard parameters. Each parameter's .grad is
+// a view into its group's flat buffer, so autograd accumulates straight into it; when a group is
+// complete its reduction starts at once, overlapping the rest of backward. What each strategy
+// reduces, shards and gathers: its row (src/parallel/strategies.cpp) and docs/parallelism.md.
 //
 // The token embedding (ddp, EmbeddingExchange::kSparse): a step touches only the rows of its
 // tokens' ids, and every other row's gradient is exactly zero on every rank. The embedding is its
@@ -53,9 +37,7 @@
 
 namespace mpibert {
 
-enum class Strategy { kDdp, kZero1, kZero2, kFsdp };
-const char* strategy_name(Strategy strategy);
-inline constexpr const char* kStrategyNames = "ddp, zero1, zero2, fsdp";
+class RankOptimizer;
 
 enum class EmbeddingExchange { kDense, kSparse };
 const char* embedding_exchange_name(EmbeddingExchange exchange);
@@ -72,9 +54,9 @@ const char* comm_dtype_name(CommDtype dtype);  // "fp32", "bf16"
 torch::ScalarType comm_scalar_type(CommDtype dtype);
 
 struct DataParallelOptions {
-  Strategy strategy = Strategy::kDdp;
-  double bucket_mb = 25;       // bucket capacity (MiB of gradients), as DDP's bucket_cap_mb
-  double first_bucket_mb = 1;  // the first bucket, reduced while most of backward is still to come
+  std::string strategy = "ddp";  // a row of strategy_table() (strategies.hpp)
+  double bucket_mb = 25;         // bucket capacity (MiB of gradients), as DDP's bucket_cap_mb
+  double first_bucket_mb = 1;    // the first bucket, reduced while most of backward is still to come
   // ddp only (the sharded strategies reduce-scatter the embedding whole).
   EmbeddingExchange embedding_exchange = EmbeddingExchange::kSparse;
   // Of the vocabulary; a larger union is all-reduced dense. The rows' copies cost little beside the
@@ -151,7 +133,7 @@ class DataParallel {
   // (none on a rank whose slices all fall in the padding of small groups).
   std::vector<torch::Tensor> held_gradients() const;
   // Where the parameters, and what the strategy keeps of them, live.
-  virtual torch::Device device() const = 0;
+  torch::Device device() const;
 
   // Checkpoints. ddp and one process: the whole state, identical on every rank (rank 0 saves it).
   // zero1, zero2, fsdp: this rank's slices; every rank saves its own. Tensors are named
@@ -175,14 +157,16 @@ class DataParallel {
   virtual EmbeddingExchange embedding_exchange() const { return EmbeddingExchange::kDense; }
 
  protected:
-  // The AdamW of this rank: over every parameter (one process, ddp) or this rank's slices.
-  virtual AdamW& optimizer() const = 0;
-  // Whether `count` ([1] float32, on the device) is non-zero on any rank (one process: here).
-  virtual bool nonzero_on_any_rank(torch::Tensor count) const { return count.item<float>() > 0; }
+  // The optimizer of this rank (src/parallel/rank_optimizer.hpp): AdamW over every parameter (one
+  // process, ddp) or this rank's slices.
+  virtual RankOptimizer& optimizer() const = 0;
+  // Every rank of the job (null with one process): the fp16 skip decision is taken over it.
+  virtual Communicator* job() const = 0;
 };
 
-// `communicator` null: one process, whatever the strategy. The description's parameters become
-// views into the strategy's flat buffers; its model must outlive the strategy.
+// `communicator` null: one process, whatever the strategy; else options.strategy's row of
+// strategy_table() (std::invalid_argument for a name not there). The description's parameters
+// become views into the strategy's flat buffers; its model must outlive the strategy.
 std::unique_ptr<DataParallel> make_data_parallel(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
                                                  const AdamWOptions& adam, const DataParallelOptions& options);
 

@@ -206,7 +206,6 @@ inline const char* option_name(Padding value) { return padding_name(value); }
 inline const char* option_name(DeviceChoice value) { return device_choice_name(value); }
 inline const char* option_name(CommChoice value) { return comm_choice_name(value); }
 inline const char* option_name(MpiAlgorithm value) { return mpi_algorithm_name(value); }
-inline const char* option_name(Strategy value) { return strategy_name(value); }
 inline const char* option_name(EmbeddingExchange value) { return embedding_exchange_name(value); }
 inline const char* option_name(CommDtype value) { return comm_dtype_name(value); }
 inline const char* option_name(IntervalStrategy value) { return interval_strategy_name(value); }

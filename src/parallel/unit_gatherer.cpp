@@ -1,0 +1,132 @@
+#include "unit_gatherer.hpp"
+
+#include "cast_collectives.hpp"
+
+namespace mpibert {
+namespace {
+
+class GathererHooks : public UnitHooks {
+ public:
+  explicit GathererHooks(UnitGatherer& gatherer) : gatherer_(gatherer) {}
+  void before_unit(size_t unit) override { gatherer_.before_unit(unit); }
+  void after_unit(size_t unit, const torch::Tensor& output) override { gatherer_.after_unit(unit, output); }
+
+ private:
+  UnitGatherer& gatherer_;
+};
+
+}  // namespace
+
+UnitGatherer::UnitGatherer(std::vector<FlatGroup>& units, Shards& shards, Communicator& shard_group, GradientReducer& reducer,
+                           CommDtype param_dtype, std::function<void(UnitHooks*)> set_unit_hooks)
+    : units_(units),
+      shards_(shards),
+      shard_group_(shard_group),
+      reducer_(reducer),
+      compute_wire_(comm_scalar_type(param_dtype)),
+      set_unit_hooks_(std::move(set_unit_hooks)),
+      hooks_(std::make_unique<GathererHooks>(*this)),
+      gathers_(units.size()) {
+  set_unit_hooks_(hooks_.get());
+}
+
+UnitGatherer::~UnitGatherer() { set_unit_hooks_(nullptr); }
+
+std::vector<PlannedCollective> UnitGatherer::backward_plan() const {
+  std::vector<PlannedCollective> plan;
+  for (size_t u = units_.size(); u-- > 0;) {
+    if (u > 0) plan.push_back({PlannedCollective::kGather, u - 1});
+    plan.push_back({PlannedCollective::kReduce, u});
+  }
+  return plan;
+}
+
+void UnitGatherer::broadcast_from_rank0(Communicator& job) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::shared_ptr<Work>> works;
+  for (size_t u = 0; u < units_.size(); ++u) gather_async(u, unit_dtype());
+  for (size_t u = 0; u < units_.size(); ++u) wait_gathered(u);
+  for (size_t u = 0; u < units_.size(); ++u)
+    works.push_back(job.broadcast(shards_[u].params, 0, "broadcast of " + units_[u].what));
+  for (auto& work : works) work->wait();
+  const int rank = shard_group_.rank(), ranks = shard_group_.size();
+  for (size_t u = 0; u < units_.size(); ++u)
+    shards_[u].param_shard.copy_(shards_[u].params.narrow(0, units_[u].shard_numel(ranks) * rank, units_[u].shard_numel(ranks)));
+  if (!whole_model_)
+    for (size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+// In the parameters' own dtype, whatever --param-dtype: evaluation and saving get the exact
+// weights. A unit still whole from training may hold bf16-rounded values: it is gathered again.
+void UnitGatherer::gather_whole() {
+  if (whole_model_) return;
+  if (compute_wire_ != unit_dtype())
+    for (size_t u = 0; u < units_.size(); ++u) {
+      wait_gathered(u);
+      release(u);
+    }
+  for (size_t u = 0; u < units_.size(); ++u) gather_async(u, unit_dtype());
+  for (size_t u = 0; u < units_.size(); ++u) wait_gathered(u);
+  whole_model_ = true;
+}
+
+void UnitGatherer::release_whole() {
+  if (!whole_model_) return;
+  whole_model_ = false;
+  for (size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+void UnitGatherer::gather_async(size_t u, torch::ScalarType wire) {
+  Shards::Shard& shard = shards_[u];
+  if (gathers_[u] || storage_allocated(shard.params)) return;
+  allocate_storage(shard.params);
+  gathers_[u] = all_gather_as(wire, shard_group_, shard.param_shard, shard.params, "all-gather of " + units_[u].what);
+}
+
+void UnitGatherer::wait_gathered(size_t u) {
+  if (!gathers_[u]) return;
+  gathers_[u]->wait();
+  gathers_[u].reset();
+}
+
+void UnitGatherer::wait_all() {
+  for (size_t u = 0; u < units_.size(); ++u) wait_gathered(u);
+}
+
+void UnitGatherer::release(size_t u) {
+  const Shards::Shard& shard = shards_[u];
+  // A gather in flight still writes into the buffer (only on an error path: otherwise it was waited for).
+  if (whole_model_ || gathers_[u] || !storage_allocated(shard.params)) return;
+  release_storage(shard.params);
+}
+
+// Backward reached unit `u`: its parameters are needed now (gathered, unless the plan could not
+// issue that gather yet: then everything planned before it is issued first), its gradient buffer
+// comes back, and the unit before it is prefetched.
+void UnitGatherer::begin_unit_backward(size_t u) {
+  if (whole_model_) return;
+  if (!storage_allocated(shards_[u].params) && !gathers_[u]) reducer_.issue_through(PlannedCollective::kGather, u);
+  wait_gathered(u);
+  allocate_zeroed_if_released(units_[u].grads);
+  if (u > 0) reducer_.mark_ready(PlannedCollective::kGather, u - 1);
+}
+
+// The unit's parameters gathered, the next unit's gather started behind it.
+void UnitGatherer::before_unit(size_t unit) {
+  if (whole_model_) return;
+  gather_async(unit, compute_wire_);
+  if (unit + 1 < units_.size()) gather_async(unit + 1, compute_wire_);
+  wait_gathered(unit);
+}
+
+// Released after forward, except the last unit's, which backward needs at once.
+void UnitGatherer::after_unit(size_t unit, const torch::Tensor& output) {
+  if (whole_model_) return;
+  const bool backward_follows = torch::GradMode::is_enabled() && output.requires_grad();
+  if (backward_follows) output.register_hook([this, unit](const torch::Tensor&) { begin_unit_backward(unit); });
+  if (!backward_follows || unit + 1 < units_.size()) release(unit);
+}
+
+torch::ScalarType UnitGatherer::unit_dtype() const { return shards_[0].params.scalar_type(); }
+
+}  // namespace mpibert
