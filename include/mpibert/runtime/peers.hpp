@@ -6,19 +6,15 @@
 // on one host, else on this host's address on the route towards another rank's host (the address
 // the kernel picks as source for a connection there, so the interface the job's traffic uses).
 // A thread answers a connection only when it presents the job's token (random bytes that rank 0
-// draws and broadcasts over MPI at setup); anything else is closed without a byte and the
-// listener carries on. The rank that timed out connects to each peer and presents the token:
-//   answered            the peer's process runs and its host is reachable (it is stuck, not gone);
-//   connection refused  its host answers but the process is gone;
-//   no reply            its port accepts but nothing answers the token (the process is stopped, or
-//                       another program now holds the port);
-//   no answer in time   its host or the link to it is down.
+// draws and broadcasts over MPI at setup): probe_port.hpp, with what each outcome of a probe means.
 // The token keeps strangers (port scanners, stray clients) from being answered or from holding the
 // listener; it is not secret from whoever can read the job's MPI or probe traffic.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "mpibert/runtime/probe_port.hpp"
 
 namespace mpibert {
 
@@ -41,7 +37,8 @@ struct PeerProbe {
   int rank = 0;
   std::string host;
   std::string address;  // "ip:port" probed
-  enum class Outcome { kAnswers, kProcessGone, kNoReply, kNoAnswer, kUnresolved } outcome = Outcome::kAnswers;
+  using Outcome = ProbeOutcome;
+  Outcome outcome = Outcome::kAnswers;
 };
 
 // Probes every other rank at once, waiting at most `seconds` for answers. Empty before
