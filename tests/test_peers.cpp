@@ -133,24 +133,31 @@ TEST_F(Peers, ProbePortListensWhereTheRanksMeetOnly) {
   barrier("after the probe ports' addresses");
 }
 
-// Clients without the token, from the next rank's host: a wrong token, another protocol's request
-// (shorter than a token), more bytes than a token, and more idle connections than the listener
-// keeps. Each is closed without a byte, and every rank's port still answers the real probes.
+// Clients without the token, from the next rank's host: another protocol's request, a token sent
+// in the clear (as probes once did), junk, a hello of the probes' protocol followed by a wrong
+// proof, and more idle connections than the listener keeps. The first three are closed without a
+// byte, the hello is sent the listener's nonce and nothing more; every rank's port still answers
+// the real probes.
 TEST_F(Peers, ProbePortDropsStrangersAndCarriesOn) {
   publish_peer_addresses();
   const Endpoint next = endpoint_of(peer_probe_addresses().at(static_cast<size_t>((rank_ + 1) % size_)));
-  const std::vector<std::pair<std::string, std::string>> strangers = {
-      {"a wrong token", std::string(32, 'x')},
-      {"an HTTP request", "GET / HTTP/1.0\r\n\r\n"},
-      {"4 KiB of junk", std::string(4096, '\xff')},
+  struct Stranger {
+    std::string what, payload;
+    size_t reply_bytes;
   };
-  for (const auto& [what, payload] : strangers) {
+  const std::vector<Stranger> strangers = {
+      {"an HTTP request", "GET / HTTP/1.0\r\n\r\n", 0},
+      {"a token in the clear", std::string(32, 'x'), 0},
+      {"4 KiB of junk", std::string(4096, '\xff'), 0},
+      {"a hello and a wrong proof", "mbprobe2" + std::string(32, 'n') + std::string(32, 'p'), 32},
+  };
+  for (const Stranger& stranger : strangers) {
     const auto start = Clock::now();
-    const Exchange got = exchange(next.ip, next.port, payload, 10.0);
+    const Exchange got = exchange(next.ip, next.port, stranger.payload, 10.0);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    EXPECT_TRUE(got.connected) << what << " to " << next.ip << ":" << next.port;
-    EXPECT_TRUE(got.closed) << what << ": still open after " << seconds << " s";
-    EXPECT_EQ(got.received, "") << what << " got an answer";
+    EXPECT_TRUE(got.connected) << stranger.what << " to " << next.ip << ":" << next.port;
+    EXPECT_TRUE(got.closed) << stranger.what << ": still open after " << seconds << " s";
+    EXPECT_EQ(got.received.size(), stranger.reply_bytes) << stranger.what << " got more than a nonce";
   }
   std::vector<int> crowd;
   for (int i = 0; i < 100; ++i) {

@@ -3,18 +3,14 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <sstream>
-#include <stdexcept>
 
 #include "mpibert/core/process.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
@@ -22,8 +18,6 @@
 
 namespace mpibert {
 namespace {
-
-constexpr size_t kJobTokenBytes = 32;
 
 struct PeerAddress {
   std::string host;
@@ -35,17 +29,6 @@ std::vector<PeerAddress> peer_addresses;
 std::string job_token;
 
 std::unique_ptr<ProbePort> listener;
-
-std::string random_token() {
-  std::string token(kJobTokenBytes, '\0');
-  for (size_t filled = 0; filled < token.size();) {
-    const ssize_t n = getrandom(&token[filled], token.size() - filled, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error(std::string("peer probes: getrandom failed: ") + std::strerror(errno));
-    filled += static_cast<size_t>(n);
-  }
-  return token;
-}
 
 std::string resolve_ipv4(const std::string& host) {
   addrinfo hints{};
@@ -110,8 +93,11 @@ std::string describe_probe(const PeerProbe& probe, double seconds) {
       out << " is gone (" << probe.address << " refused: its host is up, the process is not)";
       break;
     case PeerProbe::Outcome::kNoReply:
-      out << " does not reply (" << probe.address << " accepted but did not answer the job's token within " << seconds
+      out << " does not reply (" << probe.address << " accepted but did not complete the job's handshake within " << seconds
           << " s: the process is stopped, or another program holds its port)";
+      break;
+    case PeerProbe::Outcome::kImpostor:
+      out << " is gone (" << probe.address << " answered without the job's token: another program holds its port)";
       break;
     case PeerProbe::Outcome::kNoAnswer:
       out << " does not answer (nothing from " << probe.address << " within " << seconds
@@ -127,7 +113,7 @@ std::string describe_probe(const PeerProbe& probe, double seconds) {
 void publish_peer_addresses() {
   const int rank = world_rank();
   const std::vector<std::string> hosts = all_gather_strings(host_name());
-  job_token = broadcast_string(rank == 0 ? random_token() : std::string(), 0, "the job's token for peer probes");
+  job_token = broadcast_string(rank == 0 ? new_probe_token() : std::string(), 0, "the job's token for peer probes");
   listener.reset();  // a second call replaces the port
   std::string why;
   const std::string ip = probe_listen_address(hosts, hosts[static_cast<size_t>(rank)], why);

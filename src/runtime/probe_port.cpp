@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 
 #include "mpibert/core/sha256.hpp"
@@ -21,20 +23,56 @@
 namespace mpibert {
 namespace {
 
-constexpr size_t kTokenBytes = 32;
-constexpr char kAnswer = '!';  // the listener's whole reply to a connection that presents the token
-// How long a connection may take to present the token: a prober sends it as soon as it connects.
-constexpr auto kTokenGrace = std::chrono::seconds(2);
-// Connections waiting for their token at once; a newer one evicts the oldest, so idle strangers
-// cannot crowd out a probe.
+// The handshake (probe_port.hpp), each message of a fixed length.
+constexpr char kMagic[] = "mbprobe2";  // opens a hello: anything else is another protocol, closed without a byte
+constexpr size_t kMagicBytes = sizeof kMagic - 1, kNonceBytes = 32, kMacBytes = 32;
+constexpr size_t kHelloBytes = kMagicBytes + kNonceBytes;
+// How long a connection may take to complete the handshake: a prober sends each message as soon
+// as it can.
+constexpr auto kHandshakeGrace = std::chrono::seconds(2);
+// Connections in the handshake at once; a newer one evicts the oldest, so idle strangers cannot
+// crowd out a probe.
 constexpr size_t kMaxWaiting = 64;
 
+// Random bytes from the kernel; empty if it has none to give.
+std::string random_bytes(size_t count) {
+  std::string bytes(count, '\0');
+  for (size_t filled = 0; filled < count;) {
+    const ssize_t n = getrandom(&bytes[filled], count - filled, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return "";
+    filled += static_cast<size_t>(n);
+  }
+  return bytes;
+}
+
+// What each side's MAC covers: which side it is (so neither side's MAC can be sent back as the
+// other's), the rank probed (so one rank's answer cannot be relayed for another's port) and both
+// nonces (so no exchange can be replayed).
+std::string handshake_mac(const std::string& token, const char* side, int rank, const std::string& prober_nonce,
+                          const std::string& listener_nonce) {
+  std::string message = std::string("mpibert probe ") + side;
+  for (int shift = 24; shift >= 0; shift -= 8) message += static_cast<char>((static_cast<uint32_t>(rank) >> shift) & 0xff);
+  return hmac_sha256(token, message + prober_nonce + listener_nonce);
+}
+
+// A fresh connection's send buffer takes a whole message at once.
+bool send_message(int fd, const std::string& bytes) {
+  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(bytes.size());
+}
+
 }  // namespace
+
+std::string new_probe_token() {
+  std::string token = random_bytes(kProbeTokenBytes);
+  if (token.empty()) throw std::runtime_error(std::string("probe port: getrandom failed: ") + std::strerror(errno));
+  return token;
+}
 
 // One address's port, answering the job's token from a thread of its own.
 class ProbePort::Listener {
  public:
-  Listener(const std::string& ip, std::string token) : token_(std::move(token)) {
+  Listener(const std::string& ip, std::string token, int rank) : token_(std::move(token)), rank_(rank) {
     endpoint_.ip = ip;
     listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -78,7 +116,8 @@ class ProbePort::Listener {
  private:
   struct Waiting {
     int fd;
-    std::string received;
+    std::string received;                      // of the message awaited
+    std::string prober_nonce, listener_nonce;  // no listener nonce yet: the hello is awaited
     Clock::time_point deadline;
   };
 
@@ -114,18 +153,7 @@ class ProbePort::Listener {
       const auto after = Clock::now();
       for (size_t i = waiting.size(); i-- > 0;) {
         Waiting& w = waiting[i];
-        bool done = after >= w.deadline;
-        if (fds[i + 2].revents != 0) {
-          char buffer[kTokenBytes];
-          const ssize_t n = recv(w.fd, buffer, kTokenBytes - w.received.size(), 0);
-          if (n > 0) w.received.append(buffer, static_cast<size_t>(n));
-          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) done = true;
-          if (w.received.size() == kTokenBytes) {
-            if (equal_in_constant_time(w.received, token_)) send(w.fd, &kAnswer, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            done = true;  // a wrong token is closed without a byte
-          }
-        }
-        if (done) {
+        if ((fds[i + 2].revents != 0 && serve_readable(w)) || after >= w.deadline) {
           close(w.fd);
           waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
         }
@@ -133,6 +161,32 @@ class ProbePort::Listener {
       if (fds[1].revents != 0) accept_all(waiting);
     }
     for (const Waiting& w : waiting) close(w.fd);
+  }
+
+  // Reads what `w` sent and replies once a message is complete; true when the connection is done
+  // (answered, or dropped: not our protocol, a wrong proof, closed).
+  bool serve_readable(Waiting& w) {
+    const bool hello = w.listener_nonce.empty();
+    const size_t wanted = hello ? kHelloBytes : kMacBytes;
+    char buffer[kHelloBytes];
+    const ssize_t n = recv(w.fd, buffer, wanted - w.received.size(), 0);
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    if (n == 0) return true;
+    w.received.append(buffer, static_cast<size_t>(n));
+    const size_t magic = std::min(w.received.size(), kMagicBytes);
+    if (hello && w.received.compare(0, magic, kMagic, magic) != 0) return true;
+    if (w.received.size() < wanted) return false;
+    if (hello) {
+      w.prober_nonce = w.received.substr(kMagicBytes);
+      w.listener_nonce = random_bytes(kNonceBytes);
+      w.received.clear();
+      return w.listener_nonce.empty() || !send_message(w.fd, w.listener_nonce);
+    }
+    // Only a prober that proved it knows the token is sent the listener's proof.
+    if (equal_in_constant_time(w.received, handshake_mac(token_, "prober", rank_, w.prober_nonce, w.listener_nonce))) {
+      send_message(w.fd, handshake_mac(token_, "listener", rank_, w.prober_nonce, w.listener_nonce));
+    }
+    return true;
   }
 
   void accept_all(std::vector<Waiting>& waiting) {
@@ -157,11 +211,12 @@ class ProbePort::Listener {
         close(waiting.front().fd);
         waiting.erase(waiting.begin());
       }
-      waiting.push_back(Waiting{fd, {}, Clock::now() + kTokenGrace});
+      waiting.push_back(Waiting{fd, {}, {}, {}, Clock::now() + kHandshakeGrace});
     }
   }
 
   std::string token_;
+  int rank_;
   ProbeEndpoint endpoint_;
   int listen_fd_ = -1, wake_fd_ = -1, error_ = 0;
   std::atomic<bool> stopping_{false};
@@ -171,7 +226,7 @@ class ProbePort::Listener {
 
 ProbePort::ProbePort(const std::vector<std::string>& ips, const std::string& token, int rank) {
   for (const std::string& ip : ips) {
-    auto listener = std::make_unique<Listener>(ip, token);
+    auto listener = std::make_unique<Listener>(ip, token, rank);
     if (listener->endpoint().port == 0) {
       problems_.push_back("cannot listen on " + ip + ": " + std::strerror(listener->error()));
     } else {
@@ -216,13 +271,15 @@ int start_connection(const ProbeEndpoint& endpoint, ProbeOutcome& outcome) {
 
 struct Attempt {
   int fd;
+  int rank;  // the rank expected to answer
   ProbeOutcome* outcome;
-  bool connected;  // then the token is sent and the answer awaited
+  enum class Stage { kConnecting, kAwaitingNonce, kAwaitingAnswer } stage;
+  std::string received, prober_nonce, listener_nonce;
 };
 
 // One step of an attempt whose descriptor polled ready; true when its outcome is known.
 bool advance(Attempt& attempt, const std::string& token) {
-  if (!attempt.connected) {
+  if (attempt.stage == Attempt::Stage::kConnecting) {
     int error = 0;
     socklen_t length = sizeof error;
     getsockopt(attempt.fd, SOL_SOCKET, SO_ERROR, &error, &length);
@@ -230,18 +287,31 @@ bool advance(Attempt& attempt, const std::string& token) {
       *attempt.outcome = error == ECONNREFUSED ? ProbeOutcome::kProcessGone : ProbeOutcome::kNoAnswer;
       return true;
     }
-    attempt.connected = true;
-    // A fresh connection's send buffer takes the token at once.
-    if (send(attempt.fd, token.data(), token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(token.size())) {
-      *attempt.outcome = ProbeOutcome::kNoReply;
-      return true;
-    }
-    return false;
+    attempt.prober_nonce = random_bytes(kNonceBytes);
+    attempt.stage = Attempt::Stage::kAwaitingNonce;
+    *attempt.outcome = ProbeOutcome::kNoReply;  // unless the handshake completes
+    return attempt.prober_nonce.empty() || !send_message(attempt.fd, kMagic + attempt.prober_nonce);
   }
-  char answer = 0;
-  const ssize_t n = recv(attempt.fd, &answer, 1, 0);
+  char buffer[kNonceBytes];
+  static_assert(kNonceBytes == kMacBytes, "the listener's two messages have one length");
+  const ssize_t n = recv(attempt.fd, buffer, kNonceBytes - attempt.received.size(), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-  *attempt.outcome = n == 1 && answer == kAnswer ? ProbeOutcome::kAnswers : ProbeOutcome::kNoReply;
+  if (n <= 0) {
+    // Closed: between messages, as our listener closes a connection; in the middle of one, as
+    // it never does.
+    if (!attempt.received.empty()) *attempt.outcome = ProbeOutcome::kImpostor;
+    return true;
+  }
+  attempt.received.append(buffer, static_cast<size_t>(n));
+  if (attempt.received.size() < kNonceBytes) return false;
+  if (attempt.stage == Attempt::Stage::kAwaitingNonce) {
+    attempt.listener_nonce = std::move(attempt.received);
+    attempt.received.clear();
+    attempt.stage = Attempt::Stage::kAwaitingAnswer;
+    return !send_message(attempt.fd, handshake_mac(token, "prober", attempt.rank, attempt.prober_nonce, attempt.listener_nonce));
+  }
+  const std::string expected = handshake_mac(token, "listener", attempt.rank, attempt.prober_nonce, attempt.listener_nonce);
+  *attempt.outcome = equal_in_constant_time(attempt.received, expected) ? ProbeOutcome::kAnswers : ProbeOutcome::kImpostor;
   return true;
 }
 
@@ -254,7 +324,9 @@ void await_attempts(std::vector<Attempt>& attempts, const std::string& token, do
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     fds.clear();
-    for (const Attempt& a : attempts) fds.push_back(pollfd{a.fd, static_cast<short>(a.connected ? POLLIN : POLLOUT), 0});
+    for (const Attempt& a : attempts) {
+      fds.push_back(pollfd{a.fd, static_cast<short>(a.stage == Attempt::Stage::kConnecting ? POLLOUT : POLLIN), 0});
+    }
     if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0 && errno != EINTR) break;
     for (size_t i = attempts.size(); i-- > 0;) {
       if (fds[i].revents == 0 || !advance(attempts[i], token)) continue;
@@ -263,7 +335,7 @@ void await_attempts(std::vector<Attempt>& attempts, const std::string& token, do
     }
   }
   for (const Attempt& a : attempts) {
-    *a.outcome = a.connected ? ProbeOutcome::kNoReply : ProbeOutcome::kNoAnswer;
+    *a.outcome = a.stage == Attempt::Stage::kConnecting ? ProbeOutcome::kNoAnswer : ProbeOutcome::kNoReply;
     close(a.fd);
   }
 }
@@ -276,7 +348,7 @@ std::vector<ProbeOutcome> probe_ports(const std::vector<ProbeTarget>& targets, c
   for (size_t i = 0; i < targets.size(); ++i) {
     if (targets[i].endpoint.ip.empty() || targets[i].endpoint.port == 0) continue;
     const int fd = start_connection(targets[i].endpoint, outcomes[i]);
-    if (fd >= 0) attempts.push_back(Attempt{fd, &outcomes[i], false});
+    if (fd >= 0) attempts.push_back(Attempt{fd, targets[i].rank, &outcomes[i], Attempt::Stage::kConnecting, {}, {}, {}});
   }
   await_attempts(attempts, token, seconds);
   return outcomes;

@@ -5,10 +5,11 @@
 // setup. The port listens only where the ranks reach each other: on loopback when every rank runs
 // on one host, else on this host's address on the route towards another rank's host (the address
 // the kernel picks as source for a connection there, so the interface the job's traffic uses).
-// A thread answers a connection only when it presents the job's token (random bytes that rank 0
-// draws and broadcasts over MPI at setup): probe_port.hpp, with what each outcome of a probe means.
-// The token keeps strangers (port scanners, stray clients) from being answered or from holding the
-// listener; it is not secret from whoever can read the job's MPI or probe traffic.
+// A thread answers only a prober that proves it knows the job's token (random bytes that rank 0
+// draws and broadcasts over MPI at setup), proving it knows the token too; neither sends it
+// (probe_port.hpp, with what each outcome of a probe means). So a stranger is not answered, and a
+// program that takes over a dead rank's port neither passes for the rank nor learns the token;
+// the token is not secret from whoever can read the job's MPI traffic.
 #pragma once
 
 #include <string>

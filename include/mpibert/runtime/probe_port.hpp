@@ -1,22 +1,39 @@
 // The probe port: a TCP port every rank keeps open so that a rank whose collective timed out can
 // tell which peer is stuck and which is gone (peers.hpp opens one per rank and publishes it).
 //
-// A thread answers a connection only when it presents the job's token; anything else is closed
-// without a byte and the listener carries on. What a probe of a port can find:
-//   answered            the peer's process runs and its host is reachable (it is stuck, not gone);
-//   connection refused  its host answers but the process is gone;
-//   no reply            its port accepts but nothing answers the token (the process is stopped, or
-//                       another program now holds the port);
-//   no answer in time   its host or the link to it is down.
+// Prober and listener prove to each other that they know the job's token (random bytes rank 0
+// draws and broadcasts over MPI at setup) without sending it, each with an HMAC-SHA256 under the
+// token of its side's name, the rank probed and both sides' fresh nonces:
+//   prober -> listener   hello: "mbprobe2" and the prober's nonce (else: closed without a byte)
+//   listener -> prober   the listener's nonce
+//   prober -> listener   the prober's MAC (wrong: closed without another byte)
+//   listener -> prober   the listener's MAC
+// So whoever holds a port without the token (another program on a dead rank's port) learns no
+// more than a nonce and the prober's MAC for that exchange, and cannot pass for the rank; a
+// stranger that connects to a listener learns a nonce. A listener's thread serves connections
+// while its rank computes, stuck or not. What a probe finds:
+//   answered             the listener proved the token for that rank: the rank's process runs and
+//                        its host is reachable (it is stuck, not gone);
+//   connection refused   its host answers but the process is gone;
+//   no reply             the port accepts but the handshake does not complete in time (the process
+//                        is stopped, or another program holds the port);
+//   a wrong answer       a reply the rank's listener never sends (a wrong MAC, a message cut
+//                        short): another program holds the port, so the process is gone;
+//   no answer in time    its host or the link to it is down.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace mpibert {
 
-enum class ProbeOutcome { kAnswers, kProcessGone, kNoReply, kNoAnswer, kUnresolved };
+enum class ProbeOutcome { kAnswers, kProcessGone, kNoReply, kImpostor, kNoAnswer, kUnresolved };
+
+// A job's token: kProbeTokenBytes random bytes from the kernel (rank 0 draws it).
+constexpr size_t kProbeTokenBytes = 32;
+std::string new_probe_token();
 
 struct ProbeEndpoint {
   std::string ip;  // IPv4
