@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -32,10 +35,13 @@ void PrintTo(ProbeOutcome outcome, std::ostream* out) {
 namespace {
 
 const std::string kToken(32, 't');
-constexpr double kProbeSeconds = 3;
+constexpr double kProbeSeconds = 3;  // what a timeout report waits (peers.cpp)
+// Where no answer is expected: a probe that is not answered tries again until its time is up.
+constexpr double kShortProbeSeconds = 1;
 
-ProbeOutcome probe_one(const ProbeEndpoint& endpoint, int rank, const std::string& token = kToken) {
-  return probe_ports({ProbeTarget{endpoint, rank}}, token, kProbeSeconds).at(0);
+ProbeOutcome probe_one(const ProbeEndpoint& endpoint, int rank, const std::string& token = kToken,
+                       double seconds = kProbeSeconds) {
+  return probe_ports({ProbeTarget{endpoint, rank}}, token, seconds).at(0);
 }
 
 // A loopback port that nothing listens on: bound, never listening, so that no other test takes it.
@@ -154,6 +160,84 @@ class Impostor {
   std::string received_;  // the thread's until it is joined
 };
 
+// A probe port in a child process that the test can stop (SIGSTOP) and continue: a rank the kernel
+// does not run for a while, as connections queue up on its port.
+class PortInChild {
+ public:
+  explicit PortInChild(int rank) {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(pipe_fds[0]);
+      ProbePort port({"127.0.0.1"}, kToken, rank);
+      const int number = port.endpoints().empty() ? 0 : port.endpoints()[0].port;
+      [[maybe_unused]] const ssize_t written = write(pipe_fds[1], &number, sizeof number);
+      for (;;) pause();  // until the test kills it
+    }
+    close(pipe_fds[1]);
+    int number = 0;
+    if (pid_ > 0 && read(pipe_fds[0], &number, sizeof number) == sizeof number) endpoint_ = ProbeEndpoint{"127.0.0.1", number};
+    close(pipe_fds[0]);
+  }
+  ~PortInChild() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  PortInChild(const PortInChild&) = delete;
+  PortInChild& operator=(const PortInChild&) = delete;
+  const ProbeEndpoint& endpoint() const { return endpoint_; }
+  bool stop() {
+    int status = 0;
+    return kill(pid_, SIGSTOP) == 0 && waitpid(pid_, &status, WUNTRACED) == pid_ && WIFSTOPPED(status);
+  }
+  void resume() { kill(pid_, SIGCONT); }
+
+ private:
+  pid_t pid_ = -1;
+  ProbeEndpoint endpoint_;
+};
+
+// `count` connections to `endpoint`, each sent `payload` (nothing when empty) and then left idle.
+std::vector<int> crowd(const ProbeEndpoint& endpoint, int count, const std::string& payload) {
+  std::vector<int> fds;
+  for (int i = 0; i < count; ++i) {
+    const int fd = connect_to(endpoint);
+    if (fd < 0) break;
+    if (!payload.empty()) send_all(fd, payload);
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+// A rank stopped while a probe and then a crowd of connections queue on its port: continued, it
+// must still answer the probe, within the probe's time. The crowd is idle, or has sent a hello
+// and stalls; the probe queued first, so a listener that takes the whole queue before reading lets
+// the crowd push it out.
+void expect_probe_answered_past(const std::string& what, const std::string& crowd_payload) {
+  PortInChild rank(7);
+  ASSERT_NE(rank.endpoint().port, 0);
+  ASSERT_TRUE(rank.stop());
+  ProbeOutcome outcome = ProbeOutcome::kUnresolved;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread prober([&] { outcome = probe_one(rank.endpoint(), 7); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the probe connects and sends its hello
+  const std::vector<int> fds = crowd(rank.endpoint(), 200, crowd_payload);
+  EXPECT_EQ(fds.size(), 200u) << what;
+  rank.resume();
+  prober.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(outcome, ProbeOutcome::kAnswers) << what << ": after " << seconds << " s";
+  for (const int fd : fds) close(fd);
+}
+
+TEST(ProbePort, AFloodOfIdleConnectionsDelaysButCannotSilenceAProbe) { expect_probe_answered_past("200 idle connections", ""); }
+
+TEST(ProbePort, AFloodOfStalledHandshakesDelaysButCannotSilenceAProbe) {
+  expect_probe_answered_past("200 hellos that stall", "mbprobe2" + std::string(32, 'n'));
+}
+
 TEST(ProbePort, ListensOnTheAddressesGivenAndAnswersTheJobsProbe) {
   ProbePort port({"127.0.0.1"}, kToken, 3);
   ASSERT_EQ(port.endpoints().size(), 1u);
@@ -173,14 +257,14 @@ TEST(ProbePort, SaysWhichAddressItCannotListenOn) {
 TEST(ProbePort, AnotherJobsProbeIsNotAnswered) {
   ProbePort port({"127.0.0.1"}, kToken, 0);
   ASSERT_EQ(port.endpoints().size(), 1u);
-  EXPECT_EQ(probe_one(port.endpoints()[0], 0, std::string(32, 'u')), ProbeOutcome::kNoReply);
+  EXPECT_EQ(probe_one(port.endpoints()[0], 0, std::string(32, 'u'), kShortProbeSeconds), ProbeOutcome::kNoReply);
 }
 
 // The rank is part of what both sides prove: a port of this job answers only for its own rank.
 TEST(ProbePort, AnotherRanksPortIsNotAnAnswer) {
   ProbePort port({"127.0.0.1"}, kToken, 3);
   ASSERT_EQ(port.endpoints().size(), 1u);
-  EXPECT_NE(probe_one(port.endpoints()[0], 4), ProbeOutcome::kAnswers);
+  EXPECT_NE(probe_one(port.endpoints()[0], 4, kToken, kShortProbeSeconds), ProbeOutcome::kAnswers);
 }
 
 // Impostors at a dead rank's address answer in every way that does not need the token: the
@@ -247,7 +331,7 @@ TEST(ProbePort, AnImpostorCannotRelayAnotherRanksAnswer) {
     close(peer);
   });
   ASSERT_NE(impostor.endpoint().port, 0);
-  EXPECT_NE(probe_one(impostor.endpoint(), 2), ProbeOutcome::kAnswers);
+  EXPECT_NE(probe_one(impostor.endpoint(), 2, kToken, kShortProbeSeconds), ProbeOutcome::kAnswers);
   EXPECT_EQ(impostor.stop_and_tell().find(kToken), std::string::npos) << "the impostor was sent the token";
 }
 

@@ -30,9 +30,9 @@ constexpr size_t kHelloBytes = kMagicBytes + kNonceBytes;
 // How long a connection may take to complete the handshake: a prober sends each message as soon
 // as it can.
 constexpr auto kHandshakeGrace = std::chrono::seconds(2);
-// Connections in the handshake at once; a newer one evicts the oldest, so idle strangers cannot
-// crowd out a probe.
-constexpr size_t kMaxWaiting = 64;
+// Connections in the handshake at once (file descriptors held), and how many are accepted before
+// those held are read again.
+constexpr size_t kMaxPending = 128, kAcceptBatch = 16;
 
 // Random bytes from the kernel; empty if it has none to give.
 std::string random_bytes(size_t count) {
@@ -93,7 +93,10 @@ class ProbePort::Listener {
       return;
     }
     endpoint_.port = ntohs(address.sin_port);
-    thread_ = std::thread([this] { serve(); });
+    thread_ = std::thread([this] {
+      serve();
+      while (!pending_.empty()) drop(pending_.size() - 1);
+    });
   }
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -114,11 +117,12 @@ class ProbePort::Listener {
   }
 
  private:
-  struct Waiting {
+  struct Pending {
     int fd;
     std::string received;                      // of the message awaited
     std::string prober_nonce, listener_nonce;  // no listener nonce yet: the hello is awaited
     Clock::time_point deadline;
+    Clock::time_point heard{};  // when it last sent bytes (never: the clock's epoch)
   };
 
   void wake() {
@@ -126,80 +130,101 @@ class ProbePort::Listener {
     [[maybe_unused]] const ssize_t written = write(wake_fd_, &one, sizeof one);  // an eventfd takes it
   }
 
-  // What woke the thread: a request to stop (true), or an injected error (then in errno).
-  bool woken_to_stop() {
+  // What woke the thread: -1 a request to stop, else an injected error (0: none).
+  int wake_reason() {
     uint64_t count = 0;
     [[maybe_unused]] const ssize_t n = read(wake_fd_, &count, sizeof count);
-    if (stopping_) return true;
-    errno = injected_error_.exchange(0);
-    return false;
+    return stopping_ ? -1 : injected_error_.exchange(0);
   }
 
-  void serve() {
-    std::vector<Waiting> waiting;
+  // Serves connections until asked to stop (returns 0) or until an error (returns its errno).
+  int serve() {
     std::vector<pollfd> fds;
     for (;;) {
       fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
-      auto timeout = std::chrono::milliseconds(-1);
+      for (const Pending& p : pending_) fds.push_back(pollfd{p.fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), next_deadline_ms()) < 0) {
+        if (errno == EINTR) continue;
+        return errno;
+      }
+      if (fds[0].revents != 0) {
+        const int reason = wake_reason();
+        if (reason != 0) return std::max(reason, 0);
+      }
+      // Serves what each connection sent; those done (answered, wrong, closed, late) are dropped.
       const auto now = Clock::now();
-      for (const Waiting& w : waiting) {
-        fds.push_back(pollfd{w.fd, POLLIN, 0});
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - now) + std::chrono::milliseconds(1);
-        if (timeout.count() < 0 || left < timeout) timeout = std::max(left, std::chrono::milliseconds(0));
+      for (size_t i = pending_.size(); i-- > 0;) {
+        if ((fds[i + 2].revents != 0 && serve_readable(pending_[i], now)) || now >= pending_[i].deadline) drop(i);
       }
-      if (poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) < 0 && errno != EINTR) break;
-      if (fds[0].revents != 0 && (woken_to_stop() || errno != 0)) break;
-      // Reads what each connection sent; those done (answered, wrong, closed, late) are dropped.
-      const auto after = Clock::now();
-      for (size_t i = waiting.size(); i-- > 0;) {
-        Waiting& w = waiting[i];
-        if ((fds[i + 2].revents != 0 && serve_readable(w)) || after >= w.deadline) {
-          close(w.fd);
-          waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-      }
-      if (fds[1].revents != 0) accept_all(waiting);
+      if (fds[1].revents != 0) accept_some();
     }
-    for (const Waiting& w : waiting) close(w.fd);
   }
 
-  // Reads what `w` sent and replies once a message is complete; true when the connection is done
+  int next_deadline_ms() const {
+    if (pending_.empty()) return -1;
+    auto first = pending_.front().deadline;
+    for (const Pending& p : pending_) first = std::min(first, p.deadline);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(first - Clock::now()) + std::chrono::milliseconds(1);
+    return static_cast<int>(std::max<int64_t>(left.count(), 0));
+  }
+
+  void drop(size_t i) {
+    close(pending_[i].fd);
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  // The connection that makes room for a newer one: the oldest that has sent nothing, else the one
+  // silent longest. A prober sends each message at once and is read at once when it arrives with
+  // its connection, so only a crowd of more than kMaxPending connections that all send something
+  // within one of its round trips pushes it out (and it then tries again).
+  size_t victim() const {
+    size_t chosen = 0;
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].heard == Clock::time_point{}) return i;  // in the order accepted
+      if (pending_[i].heard < pending_[chosen].heard) chosen = i;
+    }
+    return chosen;
+  }
+
+  // Reads what `p` sent and replies once a message is complete; true when the connection is done
   // (answered, or dropped: not our protocol, a wrong proof, closed).
-  bool serve_readable(Waiting& w) {
-    const bool hello = w.listener_nonce.empty();
+  bool serve_readable(Pending& p, Clock::time_point now) {
+    const bool hello = p.listener_nonce.empty();
     const size_t wanted = hello ? kHelloBytes : kMacBytes;
     char buffer[kHelloBytes];
-    const ssize_t n = recv(w.fd, buffer, wanted - w.received.size(), 0);
+    const ssize_t n = recv(p.fd, buffer, wanted - p.received.size(), 0);
     if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
     if (n == 0) return true;
-    w.received.append(buffer, static_cast<size_t>(n));
-    const size_t magic = std::min(w.received.size(), kMagicBytes);
-    if (hello && w.received.compare(0, magic, kMagic, magic) != 0) return true;
-    if (w.received.size() < wanted) return false;
+    p.heard = now;
+    p.received.append(buffer, static_cast<size_t>(n));
+    const size_t magic = std::min(p.received.size(), kMagicBytes);
+    if (hello && p.received.compare(0, magic, kMagic, magic) != 0) return true;
+    if (p.received.size() < wanted) return false;
     if (hello) {
-      w.prober_nonce = w.received.substr(kMagicBytes);
-      w.listener_nonce = random_bytes(kNonceBytes);
-      w.received.clear();
-      return w.listener_nonce.empty() || !send_message(w.fd, w.listener_nonce);
+      p.prober_nonce = p.received.substr(kMagicBytes);
+      p.listener_nonce = random_bytes(kNonceBytes);
+      p.received.clear();
+      return p.listener_nonce.empty() || !send_message(p.fd, p.listener_nonce);
     }
     // Only a prober that proved it knows the token is sent the listener's proof.
-    if (equal_in_constant_time(w.received, handshake_mac(token_, "prober", rank_, w.prober_nonce, w.listener_nonce))) {
-      send_message(w.fd, handshake_mac(token_, "listener", rank_, w.prober_nonce, w.listener_nonce));
+    if (equal_in_constant_time(p.received, handshake_mac(token_, "prober", rank_, p.prober_nonce, p.listener_nonce))) {
+      send_message(p.fd, handshake_mac(token_, "listener", rank_, p.prober_nonce, p.listener_nonce));
     }
     return true;
   }
 
-  void accept_all(std::vector<Waiting>& waiting) {
-    for (;;) {
+  // Accepts up to kAcceptBatch queued connections, reading each at once (a prober's hello is often
+  // there already); beyond kMaxPending, the victim makes room.
+  void accept_some() {
+    for (size_t accepted = 0; accepted < kAcceptBatch; ++accepted) {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        // Out of descriptors (EMFILE and the like): the connections waiting longest make room, or,
-        // with none, a pause keeps the queued connection from spinning this loop.
+        // Out of descriptors (EMFILE and the like): a held connection makes room, or, with none, a
+        // pause keeps the queued connection from spinning this loop.
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          if (!waiting.empty()) {
-            close(waiting.front().fd);
-            waiting.erase(waiting.begin());
+          if (!pending_.empty()) {
+            drop(victim());
           } else {
             pollfd wake{wake_fd_, POLLIN, 0};
             poll(&wake, 1, 100);
@@ -207,11 +232,13 @@ class ProbePort::Listener {
         }
         return;
       }
-      if (waiting.size() == kMaxWaiting) {
-        close(waiting.front().fd);
-        waiting.erase(waiting.begin());
+      const auto now = Clock::now();
+      pending_.push_back(Pending{fd, {}, {}, {}, now + kHandshakeGrace});
+      if (serve_readable(pending_.back(), now)) {
+        drop(pending_.size() - 1);
+      } else if (pending_.size() > kMaxPending) {
+        drop(victim());
       }
-      waiting.push_back(Waiting{fd, {}, {}, {}, Clock::now() + kHandshakeGrace});
     }
   }
 
@@ -221,6 +248,7 @@ class ProbePort::Listener {
   int listen_fd_ = -1, wake_fd_ = -1, error_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> injected_error_{0};
+  std::vector<Pending> pending_;  // the thread's
   std::thread thread_;
 };
 
@@ -269,74 +297,118 @@ int start_connection(const ProbeEndpoint& endpoint, ProbeOutcome& outcome) {
   return -1;
 }
 
+// One probe: a connection through the handshake, and another while time is left when the
+// listener closes one between messages (as it does when a crowd pushes the connection out).
 struct Attempt {
-  int fd;
-  int rank;  // the rank expected to answer
+  const ProbeTarget* target;
   ProbeOutcome* outcome;
-  enum class Stage { kConnecting, kAwaitingNonce, kAwaitingAnswer } stage;
+  int fd = -1;  // -1: connecting again at retry_at
+  enum class Stage { kConnecting, kAwaitingNonce, kAwaitingAnswer } stage = Stage::kConnecting;
+  bool accepted = false;  // a connection of this probe was accepted
+  bool done = false;
   std::string received, prober_nonce, listener_nonce;
+  Clock::time_point retry_at;
 };
 
-// One step of an attempt whose descriptor polled ready; true when its outcome is known.
-bool advance(Attempt& attempt, const std::string& token) {
+constexpr auto kRetryPause = std::chrono::milliseconds(50);
+
+// Starts a connection; false when it failed at once (the outcome set).
+bool connect_attempt(Attempt& attempt) {
+  attempt.stage = Attempt::Stage::kConnecting;
+  attempt.received.clear();
+  attempt.fd = start_connection(attempt.target->endpoint, *attempt.outcome);
+  return attempt.fd >= 0;
+}
+
+enum class Step { kGoesOn, kDone, kTryAgain };
+
+// One step of an attempt whose descriptor polled ready.
+Step advance(Attempt& attempt, const std::string& token) {
+  const int rank = attempt.target->rank;
   if (attempt.stage == Attempt::Stage::kConnecting) {
     int error = 0;
     socklen_t length = sizeof error;
     getsockopt(attempt.fd, SOL_SOCKET, SO_ERROR, &error, &length);
     if (error != 0) {
       *attempt.outcome = error == ECONNREFUSED ? ProbeOutcome::kProcessGone : ProbeOutcome::kNoAnswer;
-      return true;
+      return Step::kDone;
     }
+    attempt.accepted = true;
+    *attempt.outcome = ProbeOutcome::kNoReply;  // unless a handshake completes
     attempt.prober_nonce = random_bytes(kNonceBytes);
     attempt.stage = Attempt::Stage::kAwaitingNonce;
-    *attempt.outcome = ProbeOutcome::kNoReply;  // unless the handshake completes
-    return attempt.prober_nonce.empty() || !send_message(attempt.fd, kMagic + attempt.prober_nonce);
+    return !attempt.prober_nonce.empty() && send_message(attempt.fd, kMagic + attempt.prober_nonce) ? Step::kGoesOn : Step::kDone;
   }
   char buffer[kNonceBytes];
   static_assert(kNonceBytes == kMacBytes, "the listener's two messages have one length");
   const ssize_t n = recv(attempt.fd, buffer, kNonceBytes - attempt.received.size(), 0);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Step::kGoesOn;
   if (n <= 0) {
-    // Closed: between messages, as our listener closes a connection; in the middle of one, as
-    // it never does.
-    if (!attempt.received.empty()) *attempt.outcome = ProbeOutcome::kImpostor;
-    return true;
+    // Closed between messages, as our listener closes a connection; in the middle of one, as it
+    // never does.
+    if (attempt.received.empty()) return Step::kTryAgain;
+    *attempt.outcome = ProbeOutcome::kImpostor;
+    return Step::kDone;
   }
   attempt.received.append(buffer, static_cast<size_t>(n));
-  if (attempt.received.size() < kNonceBytes) return false;
+  if (attempt.received.size() < kNonceBytes) return Step::kGoesOn;
   if (attempt.stage == Attempt::Stage::kAwaitingNonce) {
     attempt.listener_nonce = std::move(attempt.received);
     attempt.received.clear();
     attempt.stage = Attempt::Stage::kAwaitingAnswer;
-    return !send_message(attempt.fd, handshake_mac(token, "prober", attempt.rank, attempt.prober_nonce, attempt.listener_nonce));
+    const std::string proof = handshake_mac(token, "prober", rank, attempt.prober_nonce, attempt.listener_nonce);
+    return send_message(attempt.fd, proof) ? Step::kGoesOn : Step::kDone;
   }
-  const std::string expected = handshake_mac(token, "listener", attempt.rank, attempt.prober_nonce, attempt.listener_nonce);
+  const std::string expected = handshake_mac(token, "listener", rank, attempt.prober_nonce, attempt.listener_nonce);
   *attempt.outcome = equal_in_constant_time(attempt.received, expected) ? ProbeOutcome::kAnswers : ProbeOutcome::kImpostor;
-  return true;
+  return Step::kDone;
+}
+
+void finish(Attempt& attempt) {
+  if (attempt.fd >= 0) close(attempt.fd);
+  attempt.fd = -1;
+  attempt.done = true;
 }
 
 // Runs the attempts until each has an outcome or `seconds` have passed: those still connecting
-// then did not answer, those connected did not reply.
+// then did not answer (unless an earlier connection was accepted), the others did not reply.
 void await_attempts(std::vector<Attempt>& attempts, const std::string& token, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  const Clock::time_point deadline = Clock::now() +
+                                     std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<pollfd> fds;
-  while (!attempts.empty()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
+  std::vector<Attempt*> polled;
+  for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
+    auto wake_at = deadline;
     fds.clear();
-    for (const Attempt& a : attempts) {
-      fds.push_back(pollfd{a.fd, static_cast<short>(a.stage == Attempt::Stage::kConnecting ? POLLOUT : POLLIN), 0});
+    polled.clear();
+    for (Attempt& a : attempts) {
+      if (!a.done && a.fd < 0 && now >= a.retry_at && !connect_attempt(a)) finish(a);
+      if (a.done) continue;
+      if (a.fd < 0) {
+        wake_at = std::min(wake_at, a.retry_at);
+      } else {
+        fds.push_back(pollfd{a.fd, static_cast<short>(a.stage == Attempt::Stage::kConnecting ? POLLOUT : POLLIN), 0});
+        polled.push_back(&a);
+      }
     }
-    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0 && errno != EINTR) break;
-    for (size_t i = attempts.size(); i-- > 0;) {
-      if (fds[i].revents == 0 || !advance(attempts[i], token)) continue;
-      close(attempts[i].fd);
-      attempts.erase(attempts.begin() + static_cast<std::ptrdiff_t>(i));
+    if (fds.empty() && wake_at == deadline) break;  // every outcome known
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - now) + std::chrono::milliseconds(1);
+    if (poll(fds.data(), fds.size(), static_cast<int>(wait.count())) < 0 && errno != EINTR) break;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Attempt& a = *polled[i];
+      const Step step = advance(a, token);
+      if (step == Step::kDone) finish(a);
+      if (step != Step::kTryAgain) continue;
+      close(a.fd);
+      a.fd = -1;
+      a.retry_at = Clock::now() + kRetryPause;
     }
   }
-  for (const Attempt& a : attempts) {
-    *a.outcome = a.stage == Attempt::Stage::kConnecting ? ProbeOutcome::kNoAnswer : ProbeOutcome::kNoReply;
-    close(a.fd);
+  for (Attempt& a : attempts) {
+    if (a.done) continue;
+    if (a.fd >= 0 && a.stage == Attempt::Stage::kConnecting && !a.accepted) *a.outcome = ProbeOutcome::kNoAnswer;
+    finish(a);
   }
 }
 
@@ -347,8 +419,10 @@ std::vector<ProbeOutcome> probe_ports(const std::vector<ProbeTarget>& targets, c
   std::vector<Attempt> attempts;
   for (size_t i = 0; i < targets.size(); ++i) {
     if (targets[i].endpoint.ip.empty() || targets[i].endpoint.port == 0) continue;
-    const int fd = start_connection(targets[i].endpoint, outcomes[i]);
-    if (fd >= 0) attempts.push_back(Attempt{fd, targets[i].rank, &outcomes[i], Attempt::Stage::kConnecting, {}, {}, {}});
+    Attempt attempt;
+    attempt.target = &targets[i];
+    attempt.outcome = &outcomes[i];
+    if (connect_attempt(attempt)) attempts.push_back(std::move(attempt));
   }
   await_attempts(attempts, token, seconds);
   return outcomes;

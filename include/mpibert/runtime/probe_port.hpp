@@ -11,7 +11,11 @@
 // So whoever holds a port without the token (another program on a dead rank's port) learns no
 // more than a nonce and the prober's MAC for that exchange, and cannot pass for the rank; a
 // stranger that connects to a listener learns a nonce. A listener's thread serves connections
-// while its rank computes, stuck or not. What a probe finds:
+// while its rank computes, stuck or not: it reads each as soon as it is accepted, holds at most 128
+// in the handshake, each for 2 s at most, and makes room by dropping the oldest that has sent
+// nothing (else the one silent longest); a prober whose connection is closed between messages
+// connects again while its time lasts. So a crowd of connections delays an answer but does not
+// silence it. What a probe finds:
 //   answered             the listener proved the token for that rank: the rank's process runs and
 //                        its host is reachable (it is stuck, not gone);
 //   connection refused   its host answers but the process is gone;
