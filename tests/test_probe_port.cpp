@@ -12,10 +12,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -333,6 +339,53 @@ TEST(ProbePort, AnImpostorCannotRelayAnotherRanksAnswer) {
   ASSERT_NE(impostor.endpoint().port, 0);
   EXPECT_NE(probe_one(impostor.endpoint(), 2, kToken, kShortProbeSeconds), ProbeOutcome::kAnswers);
   EXPECT_EQ(impostor.stop_and_tell().find(kToken), std::string::npos) << "the impostor was sent the token";
+}
+
+// The lines logged while it lives (by any thread).
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string text() const {
+    std::string all;
+    for (const std::string& line : sink_->last_formatted()) all += line;
+    return all;
+  }
+  // Waits up to `seconds` for a line that contains `part`.
+  bool wait_for(const std::string& part, double seconds) const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (text().find(part) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+// An error that ends the listener's poll: the listener logs it, reopens its port on the same
+// address and port, and answers probes there again (rather than leaving a port that accepts and
+// never answers).
+TEST(ProbePort, APollErrorIsLoggedAndThePortServesAgain) {
+  LogCapture log;
+  ProbePort port({"127.0.0.1"}, kToken, 1);
+  ASSERT_EQ(port.endpoints().size(), 1u);
+  const ProbeEndpoint before = port.endpoints()[0];
+  port.fail_next_poll_for_testing(EINVAL);
+  EXPECT_TRUE(log.wait_for("reopened", 5)) << "logged: " << log.text();
+  EXPECT_NE(log.text().find(std::strerror(EINVAL)), std::string::npos) << "logged: " << log.text();
+  EXPECT_EQ(probe_one(before, 1), ProbeOutcome::kAnswers);
+  ASSERT_EQ(port.endpoints().size(), 1u);
+  EXPECT_EQ(port.endpoints()[0].port, before.port);
 }
 
 TEST(ProbePort, ARefusedConnectionIsAProcessGoneAndNoPortIsUnresolved) {

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -33,6 +35,8 @@ constexpr auto kHandshakeGrace = std::chrono::seconds(2);
 // Connections in the handshake at once (file descriptors held), and how many are accepted before
 // those held are read again.
 constexpr size_t kMaxPending = 128, kAcceptBatch = 16;
+// The pauses before a port is reopened after an error.
+constexpr std::chrono::milliseconds kFirstPause(100), kLongestPause(10000);
 
 // Random bytes from the kernel; empty if it has none to give.
 std::string random_bytes(size_t count) {
@@ -69,34 +73,14 @@ std::string new_probe_token() {
   return token;
 }
 
-// One address's port, answering the job's token from a thread of its own.
+// One address's port, serving the handshake from a thread of its own.
 class ProbePort::Listener {
  public:
   Listener(const std::string& ip, std::string token, int rank) : token_(std::move(token)), rank_(rank) {
     endpoint_.ip = ip;
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (listen_fd_ < 0 || wake_fd_ < 0) {
-      error_ = errno;
-      return;
-    }
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    if (inet_pton(AF_INET, ip.c_str(), &address.sin_addr) != 1) {
-      error_ = EINVAL;
-      return;
-    }
-    socklen_t length = sizeof address;
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(listen_fd_, SOMAXCONN) != 0 ||
-        getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      error_ = errno;
-      return;
-    }
-    endpoint_.port = ntohs(address.sin_port);
-    thread_ = std::thread([this] {
-      serve();
-      while (!pending_.empty()) drop(pending_.size() - 1);
-    });
+    error_ = wake_fd_ < 0 ? errno : open_socket();
+    if (error_ == 0) thread_ = std::thread([this] { run(); });
   }
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -125,6 +109,62 @@ class ProbePort::Listener {
     Clock::time_point heard{};  // when it last sent bytes (never: the clock's epoch)
   };
 
+  // Listens on endpoint_ (its port, once it has one; any port before): 0, or the errno.
+  int open_socket() {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) return errno;
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(endpoint_.port));
+    if (inet_pton(AF_INET, endpoint_.ip.c_str(), &address.sin_addr) != 1) return EINVAL;
+    // The port's connections closed by this side wait in TIME_WAIT: they must not keep a reopened
+    // port from binding (a port still listening is never shared).
+    const int on = 1;
+    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    socklen_t length = sizeof address;
+    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(listen_fd_, SOMAXCONN) != 0 ||
+        getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      return errno;
+    }
+    // Set by the first opening, before the thread starts; a reopening binds that same port.
+    if (endpoint_.port == 0) endpoint_.port = ntohs(address.sin_port);
+    return 0;
+  }
+
+  // The thread: serves the port until asked to stop. An error it cannot serve past (a failed poll,
+  // a broken listening socket) is logged, and the port reopened on the same address and port after
+  // a pause (100 ms, doubling up to 10 s while errors follow each other), so that it never accepts
+  // connections that no one answers. Probes that arrive meanwhile wait in the queue, which is then
+  // dropped (their probers connect again), and are refused for the moment between close and bind.
+  void run() {
+    auto pause = kFirstPause;
+    for (;;) {
+      const auto started = Clock::now();
+      const std::string failure = serve();
+      while (!pending_.empty()) drop(pending_.size() - 1);
+      if (failure.empty()) return;
+      spdlog::error("rank {}'s probe port {}:{}: {}; reopening it", rank_, endpoint_.ip, endpoint_.port, failure);
+      if (Clock::now() - started > std::chrono::minutes(1)) pause = kFirstPause;
+      for (int error = -1; error != 0;) {
+        if (wait_for_stop(pause)) return;
+        pause = std::min(pause * 2, kLongestPause);
+        close(listen_fd_);
+        error = open_socket();
+        if (error != 0) {
+          spdlog::error("rank {}'s probe port {}:{}: cannot reopen it: {}", rank_, endpoint_.ip, endpoint_.port,
+                        std::strerror(error));
+        }
+      }
+      spdlog::warn("rank {}'s probe port {}:{} reopened", rank_, endpoint_.ip, endpoint_.port);
+    }
+  }
+
+  // Waits `pause`; true when asked to stop meanwhile.
+  bool wait_for_stop(std::chrono::milliseconds pause) {
+    pollfd wake{wake_fd_, POLLIN, 0};
+    return poll(&wake, 1, static_cast<int>(pause.count())) > 0 && wake_reason() < 0;
+  }
+
   void wake() {
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t written = write(wake_fd_, &one, sizeof one);  // an eventfd takes it
@@ -137,26 +177,26 @@ class ProbePort::Listener {
     return stopping_ ? -1 : injected_error_.exchange(0);
   }
 
-  // Serves connections until asked to stop (returns 0) or until an error (returns its errno).
-  int serve() {
+  // Serves connections until asked to stop (returns "") or until an error it cannot serve past
+  // (returns what failed).
+  std::string serve() {
     std::vector<pollfd> fds;
     for (;;) {
       fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
       for (const Pending& p : pending_) fds.push_back(pollfd{p.fd, POLLIN, 0});
-      if (poll(fds.data(), fds.size(), next_deadline_ms()) < 0) {
-        if (errno == EINTR) continue;
-        return errno;
-      }
-      if (fds[0].revents != 0) {
-        const int reason = wake_reason();
-        if (reason != 0) return std::max(reason, 0);
-      }
+      int error = poll(fds.data(), fds.size(), next_deadline_ms()) < 0 ? errno : 0;
+      if (error == EINTR) continue;
+      if (error == 0 && fds[0].revents != 0) error = wake_reason();
+      if (error < 0) return "";
+      if (error > 0) return std::string("poll failed: ") + std::strerror(error);
       // Serves what each connection sent; those done (answered, wrong, closed, late) are dropped.
       const auto now = Clock::now();
       for (size_t i = pending_.size(); i-- > 0;) {
         if ((fds[i + 2].revents != 0 && serve_readable(pending_[i], now)) || now >= pending_[i].deadline) drop(i);
       }
-      if (fds[1].revents != 0) accept_some();
+      if (fds[1].revents == 0) continue;
+      const std::string failure = accept_some();
+      if (!failure.empty()) return failure;
     }
   }
 
@@ -214,23 +254,26 @@ class ProbePort::Listener {
   }
 
   // Accepts up to kAcceptBatch queued connections, reading each at once (a prober's hello is often
-  // there already); beyond kMaxPending, the victim makes room.
-  void accept_some() {
+  // there already); beyond kMaxPending, the victim makes room. Returns what failed when the
+  // listening socket cannot accept any more.
+  std::string accept_some() {
     for (size_t accepted = 0; accepted < kAcceptBatch; ++accepted) {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        // Out of descriptors (EMFILE and the like): a held connection makes room, or, with none, a
-        // pause keeps the queued connection from spinning this loop.
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          if (!pending_.empty()) {
-            drop(victim());
-          } else {
-            pollfd wake{wake_fd_, POLLIN, 0};
-            poll(&wake, 1, 100);
-          }
+        const int error = errno;
+        if (error == EAGAIN || error == EWOULDBLOCK) return "";
+        if (error == EBADF || error == ENOTSOCK || error == EINVAL || error == EOPNOTSUPP || error == EFAULT) {
+          return std::string("accept failed: ") + std::strerror(error);
         }
-        return;
+        if (error != EMFILE && error != ENFILE && error != ENOBUFS && error != ENOMEM) continue;  // that one connection failed
+        // Out of descriptors or memory: a held connection makes room, or, with none, a pause
+        // keeps the queued connection from spinning this loop.
+        if (!pending_.empty()) {
+          drop(victim());
+        } else if (wait_for_stop(std::chrono::milliseconds(100))) {
+          wake();  // the request to stop, again, for serve's next poll
+        }
+        return "";
       }
       const auto now = Clock::now();
       pending_.push_back(Pending{fd, {}, {}, {}, now + kHandshakeGrace});
@@ -240,6 +283,7 @@ class ProbePort::Listener {
         drop(victim());
       }
     }
+    return "";
   }
 
   std::string token_;

@@ -15,14 +15,18 @@
 // in the handshake, each for 2 s at most, and makes room by dropping the oldest that has sent
 // nothing (else the one silent longest); a prober whose connection is closed between messages
 // connects again while its time lasts. So a crowd of connections delays an answer but does not
-// silence it. What a probe finds:
+// silence it. An error the thread cannot serve past (a failed poll, a broken listening socket) is
+// logged and the port reopened on its address and port, so that it never accepts what no one
+// answers. What a probe finds:
 //   answered             the listener proved the token for that rank: the rank's process runs and
 //                        its host is reachable (it is stuck, not gone);
-//   connection refused   its host answers but the process is gone;
+//   connection refused   its host answers but the process is gone (or, for the moment between
+//                        close and bind, its port is being reopened after an error it logged);
 //   no reply             the port accepts but the handshake does not complete in time (the process
 //                        is stopped, or another program holds the port);
 //   a wrong answer       a reply the rank's listener never sends (a wrong MAC, a message cut
-//                        short): another program holds the port, so the process is gone;
+//                        short): another program holds the port, so the process is gone (or
+//                        could not reopen its port after an error, which it logged);
 //   no answer in time    its host or the link to it is down.
 #pragma once
 
