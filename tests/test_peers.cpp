@@ -1,4 +1,4 @@
-// Run by ctest under `mpiexec -n 1|2|3` (and across test hosts: tests/cluster/test_probes.sh):
+// Run by ctest under `mpiexec -n 1|2|3` (and across test hosts: ctest cluster.probes):
 // every rank learns where every rank runs, opens a probe port where the ranks reach each other,
 // and answers its peers' probes but not strangers (peers.hpp). The probe port itself, one process:
 // test_probe_port.cpp.
@@ -7,6 +7,7 @@
 // a failed check on one rank does not leave the ranks out of step for the tests that follow.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -34,7 +35,7 @@ class Peers : public ::testing::Test {
 
 // Every rank learns where every rank runs, and while all of them live every probe is answered
 // (the outcomes for a dead host or process: test_probe_port, and across test hosts: ctest
-// cluster.hosts).
+// cluster.hosts; every rank on test hosts of which two are multi-homed: ctest cluster.probes).
 TEST_F(Peers, PeersArePublishedAndAnswerProbes) {
   publish_peer_addresses();
   const std::vector<std::string> hosts = peer_hosts();
@@ -107,29 +108,58 @@ Exchange exchange(const std::string& ip, int port, const std::string& payload, d
   return result;
 }
 
-// Loopback when every rank runs on this host, else a network address; the same port on another
-// address of this host is refused (the port is not bound to all interfaces). Across test hosts:
-// ctest cluster.hosts runs this suite on two hosts.
+// The address this host sends from towards `host` (what the kernel's routes pick), found here
+// with a UDP socket's connect, which sends nothing; empty when `host` does not resolve.
+std::string source_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return "";
+  sockaddr_in address = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
+  freeaddrinfo(found);
+  address.sin_port = htons(9);
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t length = sizeof address;
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  close(fd);
+  char text[INET_ADDRSTRLEN] = {};
+  return ok ? inet_ntop(AF_INET, &address.sin_addr, text, sizeof text) : "";
+}
+
+// Loopback when every rank runs on this host, else each address this host sends from towards
+// another rank's host (one per interface the ranks use: two on a multi-homed host that reaches
+// hosts through different interfaces); the same port on another address of this host is refused
+// (the port is not bound to all interfaces). Across test hosts, two of them multi-homed: ctest
+// cluster.probes.
 TEST_F(Peers, ProbePortListensWhereTheRanksMeetOnly) {
   publish_peer_addresses();
-  const std::vector<std::string> addresses = peer_probe_addresses();
   const std::vector<std::string> hosts = peer_hosts();
-  EXPECT_EQ(addresses.size(), static_cast<size_t>(size_));
-  const Endpoint own = endpoint_of(addresses.at(static_cast<size_t>(rank_)));
-  EXPECT_NE(own.port, 0) << "rank " << rank_ << " has no probe port: \"" << addresses.at(static_cast<size_t>(rank_)) << "\"";
-  const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts.front(); });
-  // All of 127/8 is this host: 127.0.0.2 reaches it, through another address than the port's.
-  const std::string elsewhere = one_host ? "127.0.0.2" : "127.0.0.1";
-  if (one_host) {
-    EXPECT_EQ(own.ip, "127.0.0.1");
-  } else {
-    EXPECT_NE(own.ip.rfind("127.", 0), 0u) << "rank " << rank_ << " listens on " << own.ip << " in a job across hosts";
+  std::vector<std::string> expected_ips;
+  for (const std::string& host : hosts) {
+    const std::string ip = host == hosts.at(static_cast<size_t>(rank_)) ? "" : source_address_towards(host);
+    if (!ip.empty() && std::find(expected_ips.begin(), expected_ips.end(), ip) == expected_ips.end()) expected_ips.push_back(ip);
   }
-  if (own.port != 0) {
+  if (expected_ips.empty()) expected_ips.push_back("127.0.0.1");  // every rank on this host
+  std::vector<std::string> ips;
+  for (const std::string& address : own_probe_addresses()) {
+    const Endpoint own = endpoint_of(address);
+    ips.push_back(own.ip);
+    EXPECT_NE(own.port, 0) << "rank " << rank_ << ": " << address;
+    // All of 127/8 is this host: 127.0.0.2 reaches it, through another address than the port's.
+    const std::string elsewhere = own.ip == "127.0.0.1" ? "127.0.0.2" : "127.0.0.1";
     const Exchange other = exchange(elsewhere, own.port, "", 5.0);
     EXPECT_TRUE(other.refused) << "rank " << rank_ << ": " << elsewhere << ":" << own.port
                                << (other.connected ? " accepted a connection" : " did not refuse");
   }
+  std::sort(ips.begin(), ips.end());
+  std::sort(expected_ips.begin(), expected_ips.end());
+  EXPECT_EQ(ips, expected_ips) << "rank " << rank_ << " on " << hosts.at(static_cast<size_t>(rank_));
+  const std::vector<std::string> probed = peer_probe_addresses();
+  EXPECT_EQ(probed.size(), static_cast<size_t>(size_));
+  const std::vector<std::string> own = own_probe_addresses();
+  EXPECT_NE(std::find(own.begin(), own.end(), probed.at(static_cast<size_t>(rank_))), own.end())
+      << "rank " << rank_ << " would probe itself at " << probed.at(static_cast<size_t>(rank_));
   barrier("after the probe ports' addresses");
 }
 

@@ -19,10 +19,16 @@
 namespace mpibert {
 namespace {
 
+// Where a rank's probe port listens towards one host: on the address its own host sends from
+// towards that host.
+struct Route {
+  std::string towards;  // a host name
+  ProbeEndpoint endpoint;
+};
+
 struct PeerAddress {
   std::string host;
-  std::string ip;  // IPv4 its probe port listens on; empty when that rank opened none
-  int port = 0;
+  std::vector<Route> routes;  // empty when that rank opened no port
 };
 
 std::vector<PeerAddress> peer_addresses;
@@ -61,28 +67,79 @@ std::string local_address_towards(const std::string& ip) {
   return text;
 }
 
-// Where this rank's probe port listens: loopback when every rank runs on this host; else this
-// host's address towards the first other host (in rank order) whose name resolves to an address
-// that is not loopback here. Empty, with `why` set, when there is none.
-std::string probe_listen_address(const std::vector<std::string>& hosts, const std::string& own, std::string& why) {
+// Where this rank's probe port listens: on loopback when every rank runs on this host; else, for
+// each other host whose name resolves to an address that is not loopback here, on this host's
+// source address towards it (the ports are not known yet). Empty, with `why` set, when no other
+// host is reachable so.
+std::vector<Route> probe_routes(const std::vector<std::string>& hosts, const std::string& own, std::string& why) {
   std::vector<std::string> others;
   for (const std::string& host : hosts) {
     if (host != own && std::find(others.begin(), others.end(), host) == others.end()) others.push_back(host);
   }
-  if (others.empty()) return "127.0.0.1";
+  if (others.empty()) return {Route{own, ProbeEndpoint{"127.0.0.1", 0}}};
+  std::vector<Route> routes;
   std::ostringstream tried;
   for (const std::string& host : others) {
     const std::string ip = resolve_ipv4(host);
     const std::string local = ip.empty() ? "" : local_address_towards(ip);
-    if (!local.empty() && local.rfind("127.", 0) != 0) return local;
+    if (!local.empty() && local.rfind("127.", 0) != 0) {
+      routes.push_back(Route{host, ProbeEndpoint{local, 0}});
+      continue;
+    }
     tried << (tried.tellp() > 0 ? ", " : "") << host
           << (ip.empty()      ? " (does not resolve)"
               : local.empty() ? " (" + ip + ": no route)"
                               : " (" + ip + ": loopback here)");
   }
-  why = "no other rank's host is reachable through a network address from here: " + tried.str();
-  return "";
+  if (routes.empty()) why = "no other rank's host is reachable through a network address from here: " + tried.str();
+  return routes;
 }
+
+// Opens the probe port on the routes' addresses (each distinct one once) and gives each route its
+// port; the routes whose address it could not listen on are dropped, and `why` says why.
+void open_probe_port(std::vector<Route>& routes, int rank, std::string& why) {
+  std::vector<std::string> ips;
+  for (const Route& route : routes) {
+    if (std::find(ips.begin(), ips.end(), route.endpoint.ip) == ips.end()) ips.push_back(route.endpoint.ip);
+  }
+  listener = std::make_unique<ProbePort>(ips, job_token, rank);
+  for (Route& route : routes) {
+    for (const ProbeEndpoint& endpoint : listener->endpoints()) {
+      if (endpoint.ip == route.endpoint.ip) route.endpoint.port = endpoint.port;
+    }
+  }
+  routes.erase(std::remove_if(routes.begin(), routes.end(), [](const Route& route) { return route.endpoint.port == 0; }),
+               routes.end());
+  for (const std::string& problem : listener->problems()) why += (why.empty() ? "" : "; ") + problem;
+}
+
+// One line per route: "HOST IP PORT".
+std::string format_routes(const std::vector<Route>& routes) {
+  std::ostringstream out;
+  for (const Route& route : routes) out << route.towards << ' ' << route.endpoint.ip << ' ' << route.endpoint.port << '\n';
+  return out.str();
+}
+
+std::vector<Route> parse_routes(const std::string& text) {
+  std::vector<Route> routes;
+  std::istringstream in(text);
+  Route route;
+  while (in >> route.towards >> route.endpoint.ip >> route.endpoint.port) routes.push_back(route);
+  return routes;
+}
+
+// The address of `peer`'s port that this rank probes: the one it listens on towards this rank's
+// host, else (this rank's host is its own) its first. Null when it has none.
+const ProbeEndpoint* endpoint_for(const PeerAddress& peer) {
+  if (peer.routes.empty()) return nullptr;
+  const std::string& own_host = peer_addresses[static_cast<size_t>(world_rank())].host;
+  for (const Route& route : peer.routes) {
+    if (route.towards == own_host) return &route.endpoint;
+  }
+  return &peer.routes.front().endpoint;
+}
+
+std::string text_of(const ProbeEndpoint& endpoint) { return endpoint.ip + ":" + std::to_string(endpoint.port); }
 
 std::string describe_probe(const PeerProbe& probe, double seconds) {
   std::ostringstream out;
@@ -113,34 +170,29 @@ std::string describe_probe(const PeerProbe& probe, double seconds) {
 void publish_peer_addresses() {
   const int rank = world_rank();
   const std::vector<std::string> hosts = all_gather_strings(host_name());
+  const std::string& own_host = hosts[static_cast<size_t>(rank)];
   job_token = broadcast_string(rank == 0 ? new_probe_token() : std::string(), 0, "the job's token for peer probes");
   listener.reset();  // a second call replaces the port
   std::string why;
-  const std::string ip = probe_listen_address(hosts, hosts[static_cast<size_t>(rank)], why);
-  int port = 0;
-  if (!ip.empty()) {
-    listener = std::make_unique<ProbePort>(std::vector<std::string>{ip}, job_token, rank);
-    if (listener->endpoints().empty()) {
-      why = listener->problems().front();
-    } else {
-      port = listener->endpoints().front().port;
-    }
-  }
+  std::vector<Route> routes = probe_routes(hosts, own_host, why);
+  if (!routes.empty()) open_probe_port(routes, rank, why);
   // The job runs on without it: a timeout report then says this rank could not be probed.
-  if (port == 0) spdlog::warn("rank {} ({}): no probe port for timeout reports: {}", rank, hosts[static_cast<size_t>(rank)], why);
-  const std::vector<std::string> all = all_gather_strings(port == 0 ? std::string() : ip + " " + std::to_string(port));
-  peer_addresses.clear();
-  for (size_t r = 0; r < all.size(); ++r) {
-    PeerAddress peer;
-    peer.host = hosts[r];
-    std::istringstream(all[r]) >> peer.ip >> peer.port;
-    peer_addresses.push_back(peer);
+  if (routes.empty()) {
+    spdlog::warn("rank {} ({}): no probe port for timeout reports: {}", rank, own_host, why);
+  } else if (!why.empty()) {
+    spdlog::warn("rank {} ({}): a probe port on some of its addresses only: {}", rank, own_host, why);
   }
+  const std::vector<std::string> all = all_gather_strings(format_routes(routes));
+  peer_addresses.clear();
+  for (size_t r = 0; r < all.size(); ++r) peer_addresses.push_back(PeerAddress{hosts[r], parse_routes(all[r])});
   if (rank == 0) spdlog::info("ranks run on {}", describe_placement(peer_hosts()));
   if (rank == 0) {
-    std::ostringstream addresses;
-    for (const std::string& address : peer_probe_addresses()) addresses << (addresses.tellp() > 0 ? ", " : "") << address;
-    spdlog::debug("probe ports, in rank order: {}", addresses.str());
+    std::ostringstream ports;
+    for (const PeerAddress& peer : peer_addresses) {
+      ports << (ports.tellp() > 0 ? "; " : "") << peer.host << ":";
+      for (const Route& route : peer.routes) ports << " " << text_of(route.endpoint) << " towards " << route.towards;
+    }
+    spdlog::debug("probe ports, in rank order: {}", ports.str());
   }
   constexpr double kProbeSeconds = 3;
   set_timeout_witness({[] { return peer_addresses[static_cast<size_t>(world_rank())].host; },
@@ -156,7 +208,16 @@ std::vector<std::string> peer_hosts() {
 std::vector<std::string> peer_probe_addresses() {
   std::vector<std::string> addresses;
   for (const PeerAddress& peer : peer_addresses) {
-    addresses.push_back(peer.port == 0 ? std::string() : peer.ip + ":" + std::to_string(peer.port));
+    const ProbeEndpoint* endpoint = endpoint_for(peer);
+    addresses.push_back(endpoint == nullptr ? std::string() : text_of(*endpoint));
+  }
+  return addresses;
+}
+
+std::vector<std::string> own_probe_addresses() {
+  std::vector<std::string> addresses;
+  if (listener != nullptr) {
+    for (const ProbeEndpoint& endpoint : listener->endpoints()) addresses.push_back(text_of(endpoint));
   }
   return addresses;
 }
@@ -178,21 +239,16 @@ std::string describe_placement(const std::vector<std::string>& hosts) {
 std::vector<PeerProbe> probe_peers(double seconds) {
   const int self = world_rank();
   std::vector<PeerProbe> probes;
-  probes.reserve(peer_addresses.size());
+  std::vector<ProbeTarget> targets;
   for (size_t r = 0; r < peer_addresses.size(); ++r) {
     if (static_cast<int>(r) == self) continue;
-    const PeerAddress& peer = peer_addresses[r];
+    const ProbeEndpoint* endpoint = endpoint_for(peer_addresses[r]);
     PeerProbe probe;
     probe.rank = static_cast<int>(r);
-    probe.host = peer.host;
-    probe.address = peer.ip + ":" + std::to_string(peer.port);
-    probe.outcome = PeerProbe::Outcome::kUnresolved;
+    probe.host = peer_addresses[r].host;
+    probe.address = endpoint == nullptr ? std::string() : text_of(*endpoint);
     probes.push_back(probe);
-  }
-  std::vector<ProbeTarget> targets;
-  for (const PeerProbe& probe : probes) {
-    const PeerAddress& peer = peer_addresses[static_cast<size_t>(probe.rank)];
-    targets.push_back(ProbeTarget{ProbeEndpoint{peer.ip, peer.port}, probe.rank});
+    targets.push_back(ProbeTarget{endpoint == nullptr ? ProbeEndpoint{} : *endpoint, probe.rank});
   }
   const std::vector<ProbeOutcome> outcomes = probe_ports(targets, job_token, seconds);
   for (size_t i = 0; i < probes.size(); ++i) probes[i].outcome = outcomes[i];
