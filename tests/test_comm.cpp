@@ -5,17 +5,10 @@
 //
 // Every rank runs every collective unconditionally (EXPECT, not ASSERT, between collectives), so
 // a failed check on one rank does not leave the ranks out of step for the tests that follow.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -29,9 +22,7 @@
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/logging.hpp"
-#include "mpibert/core/process.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
-#include "mpibert/runtime/peers.hpp"
 
 namespace mpibert {
 namespace {
@@ -503,155 +494,6 @@ TEST_F(HostCollectives, AllGatherStringsOfDifferentLengths) {
   // Every rank empty.
   const auto empty = all_gather_strings("");
   EXPECT_EQ(empty, std::vector<std::string>(static_cast<size_t>(size_)));
-}
-
-// Every rank learns where every rank runs, and while all of them live every probe is answered
-// (the outcomes for a dead host or process are exercised across test hosts: ctest cluster.hosts).
-TEST_F(HostCollectives, PeersArePublishedAndAnswerProbes) {
-  publish_peer_addresses();
-  const std::vector<std::string> hosts = peer_hosts();
-  ASSERT_EQ(hosts.size(), static_cast<size_t>(size_));
-  EXPECT_EQ(hosts[static_cast<size_t>(rank_)], host_name());
-  const auto probes = probe_peers(5.0);
-  ASSERT_EQ(probes.size(), static_cast<size_t>(size_ - 1));
-  for (const PeerProbe& probe : probes) {
-    EXPECT_NE(probe.rank, rank_);
-    EXPECT_EQ(probe.outcome, PeerProbe::Outcome::kAnswers) << summarize_probes(probes, 5.0);
-  }
-  if (size_ > 1) {
-    EXPECT_EQ(summarize_probes(probes, 5.0).rfind("every other rank's process answers", 0), 0u);
-  }
-  barrier("after the probes");
-}
-
-// ---- Probe ports (peers.hpp): where they listen, and what a stranger gets ----
-
-struct Endpoint {
-  std::string ip;
-  int port = 0;
-};
-
-Endpoint endpoint_of(const std::string& address) {
-  Endpoint endpoint;
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return endpoint;
-  endpoint.ip = address.substr(0, colon);
-  endpoint.port = std::stoi(address.substr(colon + 1));
-  return endpoint;
-}
-
-// What a client without the job's token sees: whether it connected, what came back, and whether
-// the other end closed within `seconds`.
-struct Exchange {
-  bool refused = false, connected = false, closed = false;
-  std::string received;
-};
-
-Exchange exchange(const std::string& ip, int port, const std::string& payload, double seconds) {
-  Exchange result;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, ip.c_str(), &address.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    result.refused = errno == ECONNREFUSED;
-    close(fd);
-    return result;
-  }
-  result.connected = true;
-  timeval timeout{};
-  timeout.tv_sec = static_cast<time_t>(seconds);
-  timeout.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(timeout.tv_sec)) * 1e6);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  if (!payload.empty()) send(fd, payload.data(), payload.size(), MSG_NOSIGNAL);
-  char buffer[256];
-  for (;;) {
-    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
-    if (n > 0) {
-      result.received.append(buffer, static_cast<size_t>(n));
-      continue;
-    }
-    result.closed = n == 0 || errno == ECONNRESET;  // else the wait ran out
-    break;
-  }
-  close(fd);
-  return result;
-}
-
-// Loopback when every rank runs on this host, else a network address; the same port on another
-// address of this host is refused (the port is not bound to all interfaces). Across test hosts:
-// ctest cluster.hosts runs this suite on two hosts.
-TEST_F(HostCollectives, ProbePortListensWhereTheRanksMeetOnly) {
-  publish_peer_addresses();
-  const std::vector<std::string> addresses = peer_probe_addresses();
-  const std::vector<std::string> hosts = peer_hosts();
-  EXPECT_EQ(addresses.size(), static_cast<size_t>(size_));
-  const Endpoint own = endpoint_of(addresses.at(static_cast<size_t>(rank_)));
-  EXPECT_NE(own.port, 0) << "rank " << rank_ << " has no probe port: \"" << addresses.at(static_cast<size_t>(rank_)) << "\"";
-  const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts.front(); });
-  // All of 127/8 is this host: 127.0.0.2 reaches it, through another address than the port's.
-  const std::string elsewhere = one_host ? "127.0.0.2" : "127.0.0.1";
-  if (one_host) {
-    EXPECT_EQ(own.ip, "127.0.0.1");
-  } else {
-    EXPECT_NE(own.ip.rfind("127.", 0), 0u) << "rank " << rank_ << " listens on " << own.ip << " in a job across hosts";
-  }
-  if (own.port != 0) {
-    const Exchange other = exchange(elsewhere, own.port, "", 5.0);
-    EXPECT_TRUE(other.refused) << "rank " << rank_ << ": " << elsewhere << ":" << own.port
-                               << (other.connected ? " accepted a connection" : " did not refuse");
-  }
-  barrier("after the probe ports' addresses");
-}
-
-// Clients without the token, from the next rank's host: a wrong token, another protocol's request
-// (shorter than a token), more bytes than a token, and more idle connections than the listener
-// keeps. Each is closed without a byte, and every rank's port still answers the real probes.
-TEST_F(HostCollectives, ProbePortDropsStrangersAndCarriesOn) {
-  publish_peer_addresses();
-  const Endpoint next = endpoint_of(peer_probe_addresses().at(static_cast<size_t>((rank_ + 1) % size_)));
-  const std::vector<std::pair<std::string, std::string>> strangers = {
-      {"a wrong token", std::string(32, 'x')},
-      {"an HTTP request", "GET / HTTP/1.0\r\n\r\n"},
-      {"4 KiB of junk", std::string(4096, '\xff')},
-  };
-  for (const auto& [what, payload] : strangers) {
-    const auto start = Clock::now();
-    const Exchange got = exchange(next.ip, next.port, payload, 10.0);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    EXPECT_TRUE(got.connected) << what << " to " << next.ip << ":" << next.port;
-    EXPECT_TRUE(got.closed) << what << ": still open after " << seconds << " s";
-    EXPECT_EQ(got.received, "") << what << " got an answer";
-  }
-  std::vector<int> crowd;
-  for (int i = 0; i < 100; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(next.port));
-    inet_pton(AF_INET, next.ip.c_str(), &address.sin_addr);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
-      crowd.push_back(fd);
-    } else {
-      close(fd);
-    }
-  }
-  EXPECT_EQ(crowd.size(), 100u) << "idle connections to " << next.ip << ":" << next.port;
-  barrier("after the strangers' connections");
-  const auto probes = probe_peers(5.0);
-  EXPECT_EQ(probes.size(), static_cast<size_t>(size_ - 1));
-  for (const PeerProbe& probe : probes) {
-    EXPECT_EQ(probe.outcome, PeerProbe::Outcome::kAnswers) << summarize_probes(probes, 5.0);
-  }
-  for (const int fd : crowd) close(fd);
-  barrier("after the probes past the strangers");
-}
-
-TEST(Placement, GroupsConsecutiveRanksByHost) {
-  EXPECT_EQ(describe_placement({"h1", "h1", "h2", "h2", "h2"}), "h1 (ranks 0-1), h2 (ranks 2-4)");
-  EXPECT_EQ(describe_placement({"a", "b", "a"}), "a (rank 0), b (rank 1), a (rank 2)");
-  EXPECT_EQ(describe_placement({}), "");
 }
 
 std::vector<float> floats_of_rank(int r) {

@@ -1,4 +1,7 @@
-// SHA-256 (FIPS 180-4). Used to record which input and vocab a shard set was made from.
+// SHA-256 (FIPS 180-4): which input and vocab a shard set was made from (hex, io.hpp); and
+// HMAC-SHA256 (RFC 2104) for the probe ports' challenge-response.
+#include "mpibert/core/sha256.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -57,7 +60,7 @@ void compress(std::array<uint32_t, 8>& state, const unsigned char* block) {
 
 }  // namespace
 
-std::string sha256_hex(std::string_view bytes) {
+std::string sha256(std::string_view bytes) {
   std::array<uint32_t, 8> state = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -74,13 +77,40 @@ std::string sha256_hex(std::string_view bytes) {
   for (int i = 0; i < 8; ++i) tail[tail_size - 1 - i] = static_cast<unsigned char>(bit_length >> (8 * i));
   for (size_t offset = 0; offset < tail_size; offset += 64) compress(state, tail + offset);
 
+  std::string digest(32, '\0');
+  for (size_t i = 0; i < 32; ++i) digest[i] = static_cast<char>(state[i / 4] >> (24 - 8 * (i % 4)));
+  return digest;
+}
+
+std::string sha256_hex(std::string_view bytes) {
   std::string hex;
-  char buf[9];
-  for (uint32_t word : state) {
-    std::snprintf(buf, sizeof buf, "%08x", word);
+  char buf[3];
+  for (const char byte : sha256(bytes)) {
+    std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned char>(byte));
     hex += buf;
   }
   return hex;
+}
+
+std::string hmac_sha256(std::string_view key, std::string_view message) {
+  constexpr size_t kBlock = 64;
+  std::string padded_key = key.size() > kBlock ? sha256(key) : std::string(key);  // RFC 2104: long keys are hashed first
+  padded_key.resize(kBlock, '\0');
+  std::string inner(kBlock, '\0'), outer(kBlock, '\0');
+  for (size_t i = 0; i < kBlock; ++i) {
+    inner[i] = static_cast<char>(padded_key[i] ^ 0x36);
+    outer[i] = static_cast<char>(padded_key[i] ^ 0x5c);
+  }
+  inner.append(message);
+  outer.append(sha256(inner));
+  return sha256(outer);
+}
+
+bool equal_in_constant_time(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char differ = 0;  // every byte is compared, wherever the first difference is
+  for (size_t i = 0; i < a.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return differ == 0;
 }
 
 }  // namespace mpibert

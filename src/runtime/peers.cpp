@@ -1,188 +1,40 @@
 #include "mpibert/runtime/peers.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <sstream>
-#include <stdexcept>
-#include <thread>
 
 #include "mpibert/core/process.hpp"
-#include "mpibert/core/time.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/probe_port.hpp"
 
 namespace mpibert {
 namespace {
 
-constexpr size_t kTokenBytes = 32;
-constexpr char kAnswer = '!';  // the listener's whole reply to a connection that presents the token
-// How long a connection may take to present the token: a prober sends it as soon as it connects.
-constexpr auto kTokenGrace = std::chrono::seconds(2);
-// Connections waiting for their token at once; a newer one evicts the oldest, so idle strangers
-// cannot crowd out a probe.
-constexpr size_t kMaxWaiting = 64;
+// Where a rank's probe port listens towards one host: on the address its own host sends from
+// towards that host.
+struct Route {
+  std::string towards;  // a host name
+  ProbeEndpoint endpoint;
+};
 
 struct PeerAddress {
   std::string host;
-  std::string ip;  // IPv4 its probe port listens on; empty when that rank opened none
-  int port = 0;
+  std::vector<Route> routes;  // empty when that rank opened no port
 };
 
 std::vector<PeerAddress> peer_addresses;
 std::string job_token;
 
-bool tokens_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char differ = 0;  // compares every byte: the time taken says nothing about the token
-  for (size_t i = 0; i < a.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return differ == 0;
-}
-
-// The probe port: listening on one address, answering the job's token from a thread of its own
-// (so a rank stuck in a collective still answers), until the process ends or a new port replaces
-// it.
-class ProbeListener {
- public:
-  ProbeListener(const std::string& ip, std::string token) : token_(std::move(token)) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (listen_fd_ < 0 || wake_fd_ < 0) {
-      error_ = errno;
-      return;
-    }
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    if (inet_pton(AF_INET, ip.c_str(), &address.sin_addr) != 1) {
-      error_ = EINVAL;
-      return;
-    }
-    socklen_t length = sizeof address;
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(listen_fd_, SOMAXCONN) != 0 ||
-        getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      error_ = errno;
-      return;
-    }
-    port_ = ntohs(address.sin_port);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ProbeListener(const ProbeListener&) = delete;
-  ProbeListener& operator=(const ProbeListener&) = delete;
-  ~ProbeListener() {
-    if (thread_.joinable()) {
-      const uint64_t one = 1;
-      [[maybe_unused]] const ssize_t written = write(wake_fd_, &one, sizeof one);  // an eventfd takes it
-      thread_.join();
-    }
-    if (listen_fd_ >= 0) close(listen_fd_);
-    if (wake_fd_ >= 0) close(wake_fd_);
-  }
-  int port() const { return port_; }  // 0: no port (error() says why)
-  int error() const { return error_; }
-
- private:
-  struct Waiting {
-    int fd;
-    std::string received;
-    Clock::time_point deadline;
-  };
-
-  void serve() {
-    std::vector<Waiting> waiting;
-    std::vector<pollfd> fds;
-    for (;;) {
-      fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
-      auto timeout = std::chrono::milliseconds(-1);
-      const auto now = Clock::now();
-      for (const Waiting& w : waiting) {
-        fds.push_back(pollfd{w.fd, POLLIN, 0});
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - now) + std::chrono::milliseconds(1);
-        if (timeout.count() < 0 || left < timeout) timeout = std::max(left, std::chrono::milliseconds(0));
-      }
-      if (poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) < 0 && errno != EINTR) break;
-      if (fds[0].revents != 0) break;
-      // Reads what each connection sent; those done (answered, wrong, closed, late) are dropped.
-      const auto after = Clock::now();
-      for (size_t i = waiting.size(); i-- > 0;) {
-        Waiting& w = waiting[i];
-        bool done = after >= w.deadline;
-        if (fds[i + 2].revents != 0) {
-          char buffer[kTokenBytes];
-          const ssize_t n = recv(w.fd, buffer, kTokenBytes - w.received.size(), 0);
-          if (n > 0) w.received.append(buffer, static_cast<size_t>(n));
-          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) done = true;
-          if (w.received.size() == kTokenBytes) {
-            if (tokens_equal(w.received, token_)) send(w.fd, &kAnswer, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            done = true;  // a wrong token is closed without a byte
-          }
-        }
-        if (done) {
-          close(w.fd);
-          waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-      }
-      if (fds[1].revents != 0) accept_all(waiting);
-    }
-    for (const Waiting& w : waiting) close(w.fd);
-  }
-
-  void accept_all(std::vector<Waiting>& waiting) {
-    for (;;) {
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        // Out of descriptors (EMFILE and the like): the connections waiting longest make room, or,
-        // with none, a pause keeps the queued connection from spinning this loop.
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          if (!waiting.empty()) {
-            close(waiting.front().fd);
-            waiting.erase(waiting.begin());
-          } else {
-            pollfd wake{wake_fd_, POLLIN, 0};
-            poll(&wake, 1, 100);
-          }
-        }
-        return;
-      }
-      if (waiting.size() == kMaxWaiting) {
-        close(waiting.front().fd);
-        waiting.erase(waiting.begin());
-      }
-      waiting.push_back(Waiting{fd, {}, Clock::now() + kTokenGrace});
-    }
-  }
-
-  std::string token_;
-  int listen_fd_ = -1, wake_fd_ = -1, port_ = 0, error_ = 0;
-  std::thread thread_;
-};
-
-std::unique_ptr<ProbeListener> listener;
-
-std::string random_token() {
-  std::string token(kTokenBytes, '\0');
-  for (size_t filled = 0; filled < token.size();) {
-    const ssize_t n = getrandom(&token[filled], token.size() - filled, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error(std::string("peer probes: getrandom failed: ") + std::strerror(errno));
-    filled += static_cast<size_t>(n);
-  }
-  return token;
-}
+std::unique_ptr<ProbePort> listener;
 
 std::string resolve_ipv4(const std::string& host) {
   addrinfo hints{};
@@ -215,100 +67,79 @@ std::string local_address_towards(const std::string& ip) {
   return text;
 }
 
-// Where this rank's probe port listens: loopback when every rank runs on this host; else this
-// host's address towards the first other host (in rank order) whose name resolves to an address
-// that is not loopback here. Empty, with `why` set, when there is none.
-std::string probe_listen_address(const std::vector<std::string>& hosts, const std::string& own, std::string& why) {
+// Where this rank's probe port listens: on loopback when every rank runs on this host; else, for
+// each other host whose name resolves to an address that is not loopback here, on this host's
+// source address towards it (the ports are not known yet). Empty, with `why` set, when no other
+// host is reachable so.
+std::vector<Route> probe_routes(const std::vector<std::string>& hosts, const std::string& own, std::string& why) {
   std::vector<std::string> others;
   for (const std::string& host : hosts) {
     if (host != own && std::find(others.begin(), others.end(), host) == others.end()) others.push_back(host);
   }
-  if (others.empty()) return "127.0.0.1";
+  if (others.empty()) return {Route{own, ProbeEndpoint{"127.0.0.1", 0}}};
+  std::vector<Route> routes;
   std::ostringstream tried;
   for (const std::string& host : others) {
     const std::string ip = resolve_ipv4(host);
     const std::string local = ip.empty() ? "" : local_address_towards(ip);
-    if (!local.empty() && local.rfind("127.", 0) != 0) return local;
+    if (!local.empty() && local.rfind("127.", 0) != 0) {
+      routes.push_back(Route{host, ProbeEndpoint{local, 0}});
+      continue;
+    }
     tried << (tried.tellp() > 0 ? ", " : "") << host
           << (ip.empty()      ? " (does not resolve)"
               : local.empty() ? " (" + ip + ": no route)"
                               : " (" + ip + ": loopback here)");
   }
-  why = "no other rank's host is reachable through a network address from here: " + tried.str();
-  return "";
+  if (routes.empty()) why = "no other rank's host is reachable through a network address from here: " + tried.str();
+  return routes;
 }
 
-// Starts a non-blocking connection; returns the descriptor, or -1 when it already failed (with
-// `outcome` set).
-int start_connection(const PeerAddress& peer, PeerProbe::Outcome& outcome) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(peer.port));
-  inet_pton(AF_INET, peer.ip.c_str(), &address.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    outcome = PeerProbe::Outcome::kNoAnswer;
-    return -1;
+// Opens the probe port on the routes' addresses (each distinct one once) and gives each route its
+// port; the routes whose address it could not listen on are dropped, and `why` says why.
+void open_probe_port(std::vector<Route>& routes, int rank, std::string& why) {
+  std::vector<std::string> ips;
+  for (const Route& route : routes) {
+    if (std::find(ips.begin(), ips.end(), route.endpoint.ip) == ips.end()) ips.push_back(route.endpoint.ip);
   }
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 || errno == EINPROGRESS) return fd;
-  outcome = errno == ECONNREFUSED ? PeerProbe::Outcome::kProcessGone : PeerProbe::Outcome::kNoAnswer;
-  close(fd);
-  return -1;
-}
-
-struct Attempt {
-  int fd;
-  PeerProbe* probe;
-  bool connected;  // then the token is sent and the answer awaited
-};
-
-// One step of an attempt whose descriptor polled ready; true when its outcome is known.
-bool advance(Attempt& attempt) {
-  if (!attempt.connected) {
-    int error = 0;
-    socklen_t length = sizeof error;
-    getsockopt(attempt.fd, SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error != 0) {
-      attempt.probe->outcome = error == ECONNREFUSED ? PeerProbe::Outcome::kProcessGone : PeerProbe::Outcome::kNoAnswer;
-      return true;
-    }
-    attempt.connected = true;
-    // A fresh connection's send buffer takes the token at once.
-    if (send(attempt.fd, job_token.data(), job_token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(job_token.size())) {
-      attempt.probe->outcome = PeerProbe::Outcome::kNoReply;
-      return true;
-    }
-    return false;
-  }
-  char answer = 0;
-  const ssize_t n = recv(attempt.fd, &answer, 1, 0);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-  attempt.probe->outcome = n == 1 && answer == kAnswer ? PeerProbe::Outcome::kAnswers : PeerProbe::Outcome::kNoReply;
-  return true;
-}
-
-// Runs the attempts until each has an outcome or `seconds` have passed: those still connecting
-// then did not answer, those connected did not reply.
-void await_attempts(std::vector<Attempt>& attempts, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  std::vector<pollfd> fds;
-  while (!attempts.empty()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
-    fds.clear();
-    for (const Attempt& a : attempts) fds.push_back(pollfd{a.fd, static_cast<short>(a.connected ? POLLIN : POLLOUT), 0});
-    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0 && errno != EINTR) break;
-    for (size_t i = attempts.size(); i-- > 0;) {
-      if (fds[i].revents == 0 || !advance(attempts[i])) continue;
-      close(attempts[i].fd);
-      attempts.erase(attempts.begin() + static_cast<std::ptrdiff_t>(i));
+  listener = std::make_unique<ProbePort>(ips, job_token, rank);
+  for (Route& route : routes) {
+    for (const ProbeEndpoint& endpoint : listener->endpoints()) {
+      if (endpoint.ip == route.endpoint.ip) route.endpoint.port = endpoint.port;
     }
   }
-  for (const Attempt& a : attempts) {
-    a.probe->outcome = a.connected ? PeerProbe::Outcome::kNoReply : PeerProbe::Outcome::kNoAnswer;
-    close(a.fd);
-  }
+  routes.erase(std::remove_if(routes.begin(), routes.end(), [](const Route& route) { return route.endpoint.port == 0; }),
+               routes.end());
+  for (const std::string& problem : listener->problems()) why += (why.empty() ? "" : "; ") + problem;
 }
+
+// One line per route: "HOST IP PORT".
+std::string format_routes(const std::vector<Route>& routes) {
+  std::ostringstream out;
+  for (const Route& route : routes) out << route.towards << ' ' << route.endpoint.ip << ' ' << route.endpoint.port << '\n';
+  return out.str();
+}
+
+std::vector<Route> parse_routes(const std::string& text) {
+  std::vector<Route> routes;
+  std::istringstream in(text);
+  Route route;
+  while (in >> route.towards >> route.endpoint.ip >> route.endpoint.port) routes.push_back(route);
+  return routes;
+}
+
+// The address of `peer`'s port that this rank probes: the one it listens on towards this rank's
+// host, else (this rank's host is its own) its first. Null when it has none.
+const ProbeEndpoint* endpoint_for(const PeerAddress& peer) {
+  if (peer.routes.empty()) return nullptr;
+  const std::string& own_host = peer_addresses[static_cast<size_t>(world_rank())].host;
+  for (const Route& route : peer.routes) {
+    if (route.towards == own_host) return &route.endpoint;
+  }
+  return &peer.routes.front().endpoint;
+}
+
+std::string text_of(const ProbeEndpoint& endpoint) { return endpoint.ip + ":" + std::to_string(endpoint.port); }
 
 std::string describe_probe(const PeerProbe& probe, double seconds) {
   std::ostringstream out;
@@ -319,8 +150,11 @@ std::string describe_probe(const PeerProbe& probe, double seconds) {
       out << " is gone (" << probe.address << " refused: its host is up, the process is not)";
       break;
     case PeerProbe::Outcome::kNoReply:
-      out << " does not reply (" << probe.address << " accepted but did not answer the job's token within " << seconds
+      out << " does not reply (" << probe.address << " accepted but did not complete the job's handshake within " << seconds
           << " s: the process is stopped, or another program holds its port)";
+      break;
+    case PeerProbe::Outcome::kImpostor:
+      out << " is gone (" << probe.address << " answered without the job's token: another program holds its port)";
       break;
     case PeerProbe::Outcome::kNoAnswer:
       out << " does not answer (nothing from " << probe.address << " within " << seconds
@@ -336,31 +170,29 @@ std::string describe_probe(const PeerProbe& probe, double seconds) {
 void publish_peer_addresses() {
   const int rank = world_rank();
   const std::vector<std::string> hosts = all_gather_strings(host_name());
-  job_token = broadcast_string(rank == 0 ? random_token() : std::string(), 0, "the job's token for peer probes");
+  const std::string& own_host = hosts[static_cast<size_t>(rank)];
+  job_token = broadcast_string(rank == 0 ? new_probe_token() : std::string(), 0, "the job's token for peer probes");
   listener.reset();  // a second call replaces the port
   std::string why;
-  const std::string ip = probe_listen_address(hosts, hosts[static_cast<size_t>(rank)], why);
-  int port = 0;
-  if (!ip.empty()) {
-    listener = std::make_unique<ProbeListener>(ip, job_token);
-    port = listener->port();
-    if (port == 0) why = "cannot listen on " + ip + ": " + std::strerror(listener->error());
-  }
+  std::vector<Route> routes = probe_routes(hosts, own_host, why);
+  if (!routes.empty()) open_probe_port(routes, rank, why);
   // The job runs on without it: a timeout report then says this rank could not be probed.
-  if (port == 0) spdlog::warn("rank {} ({}): no probe port for timeout reports: {}", rank, hosts[static_cast<size_t>(rank)], why);
-  const std::vector<std::string> all = all_gather_strings(port == 0 ? std::string() : ip + " " + std::to_string(port));
-  peer_addresses.clear();
-  for (size_t r = 0; r < all.size(); ++r) {
-    PeerAddress peer;
-    peer.host = hosts[r];
-    std::istringstream(all[r]) >> peer.ip >> peer.port;
-    peer_addresses.push_back(peer);
+  if (routes.empty()) {
+    spdlog::warn("rank {} ({}): no probe port for timeout reports: {}", rank, own_host, why);
+  } else if (!why.empty()) {
+    spdlog::warn("rank {} ({}): a probe port on some of its addresses only: {}", rank, own_host, why);
   }
+  const std::vector<std::string> all = all_gather_strings(format_routes(routes));
+  peer_addresses.clear();
+  for (size_t r = 0; r < all.size(); ++r) peer_addresses.push_back(PeerAddress{hosts[r], parse_routes(all[r])});
   if (rank == 0) spdlog::info("ranks run on {}", describe_placement(peer_hosts()));
   if (rank == 0) {
-    std::ostringstream addresses;
-    for (const std::string& address : peer_probe_addresses()) addresses << (addresses.tellp() > 0 ? ", " : "") << address;
-    spdlog::debug("probe ports, in rank order: {}", addresses.str());
+    std::ostringstream ports;
+    for (const PeerAddress& peer : peer_addresses) {
+      ports << (ports.tellp() > 0 ? "; " : "") << peer.host << ":";
+      for (const Route& route : peer.routes) ports << " " << text_of(route.endpoint) << " towards " << route.towards;
+    }
+    spdlog::debug("probe ports, in rank order: {}", ports.str());
   }
   constexpr double kProbeSeconds = 3;
   set_timeout_witness({[] { return peer_addresses[static_cast<size_t>(world_rank())].host; },
@@ -376,7 +208,16 @@ std::vector<std::string> peer_hosts() {
 std::vector<std::string> peer_probe_addresses() {
   std::vector<std::string> addresses;
   for (const PeerAddress& peer : peer_addresses) {
-    addresses.push_back(peer.port == 0 ? std::string() : peer.ip + ":" + std::to_string(peer.port));
+    const ProbeEndpoint* endpoint = endpoint_for(peer);
+    addresses.push_back(endpoint == nullptr ? std::string() : text_of(*endpoint));
+  }
+  return addresses;
+}
+
+std::vector<std::string> own_probe_addresses() {
+  std::vector<std::string> addresses;
+  if (listener != nullptr) {
+    for (const ProbeEndpoint& endpoint : listener->endpoints()) addresses.push_back(text_of(endpoint));
   }
   return addresses;
 }
@@ -398,25 +239,19 @@ std::string describe_placement(const std::vector<std::string>& hosts) {
 std::vector<PeerProbe> probe_peers(double seconds) {
   const int self = world_rank();
   std::vector<PeerProbe> probes;
-  probes.reserve(peer_addresses.size());
+  std::vector<ProbeTarget> targets;
   for (size_t r = 0; r < peer_addresses.size(); ++r) {
     if (static_cast<int>(r) == self) continue;
-    const PeerAddress& peer = peer_addresses[r];
+    const ProbeEndpoint* endpoint = endpoint_for(peer_addresses[r]);
     PeerProbe probe;
     probe.rank = static_cast<int>(r);
-    probe.host = peer.host;
-    probe.address = peer.ip + ":" + std::to_string(peer.port);
-    probe.outcome = PeerProbe::Outcome::kUnresolved;
+    probe.host = peer_addresses[r].host;
+    probe.address = endpoint == nullptr ? std::string() : text_of(*endpoint);
     probes.push_back(probe);
+    targets.push_back(ProbeTarget{endpoint == nullptr ? ProbeEndpoint{} : *endpoint, probe.rank});
   }
-  std::vector<Attempt> attempts;
-  for (PeerProbe& probe : probes) {
-    const PeerAddress& peer = peer_addresses[static_cast<size_t>(probe.rank)];
-    if (peer.ip.empty() || peer.port == 0) continue;
-    const int fd = start_connection(peer, probe.outcome);
-    if (fd >= 0) attempts.push_back(Attempt{fd, &probe, false});
-  }
-  await_attempts(attempts, seconds);
+  const std::vector<ProbeOutcome> outcomes = probe_ports(targets, job_token, seconds);
+  for (size_t i = 0; i < probes.size(); ++i) probes[i].outcome = outcomes[i];
   return probes;
 }
 

@@ -3,17 +3,22 @@
 # lives in a namespace of its own, on a private subnet that only they have. Nothing outside the
 # namespaces is addressed or changed, except /etc/netns/NS/hosts (bound over
 # /etc/hosts inside NS), which `down` removes with the namespaces.
-#   tests/cluster/hosts.sh up DIR N       # hosts h1..hN; writes DIR/hosts.env and DIR/agent
+#   tests/cluster/hosts.sh up DIR N [K]   # hosts h1..hN; writes DIR/hosts.env and DIR/agent
 #   tests/cluster/hosts.sh exec DIR HOST COMMAND...   # COMMAND inside HOST, hostname HOST
 #   tests/cluster/hosts.sh mpirun DIR N COMMAND...    # mpirun in h1, one rank per host h1..hN
-#   tests/cluster/hosts.sh link DIR HOST up|down      # the host's only link
+#   tests/cluster/hosts.sh link DIR HOST up|down      # the host's link to the first subnet
 #   tests/cluster/hosts.sh shape DIR RATE DELAY       # every host's link (e.g. 100mbit 1ms; netem or tbf)
 #   tests/cluster/hosts.sh unshape DIR
 #   tests/cluster/hosts.sh down DIR       # removes exactly what `up` made (by the names in DIR)
 #
+# With K (2..N), hosts h1..hK are multi-homed: they share a second subnet (eth1, a bridge of its
+# own) and name each other by their addresses there, so that their traffic to each other takes it,
+# while the other hosts, which have no route to it, reach them over the first; Open MPI keeps to
+# the first subnet, which every host has.
 # DIR/agent is a launch agent in ssh's place (Open MPI's plm_rsh_agent): `agent HOST COMMAND`
-# runs COMMAND inside HOST. DIR/hosts.env gives HOSTS_SUBNET, HOSTS_PREFIX and HOSTS_N. `mpirun`
-# starts the daemons through it and keeps Open MPI on the test subnet over TCP (btl tcp,self:
+# runs COMMAND inside HOST. DIR/hosts.env gives HOSTS_SUBNET, HOSTS_SUBNET2 (empty without K),
+# HOSTS_PREFIX, HOSTS_N and HOSTS_K (0 without K). `mpirun`
+# starts the daemons through it and keeps Open MPI on the first subnet over TCP (btl tcp,self:
 # no shared memory between hosts); HOSTS_MPIRUN_ARGS adds mpirun options, and OMP_NUM_THREADS
 # is passed to the ranks.
 # Each host gives up on an unanswered TCP connection after ~13 s (net.ipv4.tcp_retries2=5, a
@@ -32,21 +37,31 @@ load() {
   [ -f "$dir/hosts.env" ] || { log "$dir/hosts.env: no hosts made here (run: $0 up $dir N)"; exit 1; }
   # shellcheck disable=SC1091
   source "$dir/hosts.env"
+  HOSTS_K=${HOSTS_K:-0} HOSTS_SUBNET2=${HOSTS_SUBNET2:-}  # written before hosts had a second subnet
 }
 ns() { echo "${HOSTS_PREFIX}-$1"; }  # HOST -> its namespace
 host_ip() { echo "${HOSTS_SUBNET%.0/24}.$(( ${1#h} + 10 ))"; }
+host_ip2() { echo "${HOSTS_SUBNET2%.0/24}.$(( ${1#h} + 10 ))"; }  # on the second subnet
+# The address HOST's name has in FROM's /etc/hosts: the second subnet's between two multi-homed hosts.
+named_ip() {  # FROM HOST
+  if [ "${1#h}" -le "$HOSTS_K" ] && [ "${2#h}" -le "$HOSTS_K" ]; then host_ip2 "$2"; else host_ip "$2"; fi
+}
 
 up() {
-  local n=$1 i prefix octet
+  local n=$1 k=${2:-0} i j prefix octet
   [ ! -f "$dir/hosts.env" ] || { log "$dir: hosts already up; run down first"; exit 1; }
+  [ "$k" -eq 0 ] || { [ "$k" -ge 2 ] && [ "$k" -le "$n" ]; } || { log "K=$k: expected 2..$n"; exit 2; }
   # A short prefix unique to this instance (interface names are at most 15 characters) and a
-  # /24 in 10.231.0.0/16 derived from it: several fixtures can be up at once.
+  # /24 in 10.231.0.0/16 (the second subnet's in 10.232.0.0/16) derived from it: several fixtures
+  # can be up at once.
   prefix="mb$(printf '%05d' $(( $$ % 100000 )))"
   octet=$(( $$ % 250 + 1 ))
   cat > "$dir/hosts.env" <<EOF
 HOSTS_PREFIX=$prefix
 HOSTS_SUBNET=10.231.$octet.0/24
+HOSTS_SUBNET2=$([ "$k" -eq 0 ] || echo "10.232.$octet.0/24")
 HOSTS_N=$n
+HOSTS_K=$k
 EOF
   load
   ip netns add "$(ns sw)"
@@ -66,10 +81,23 @@ EOF
     ip netns exec "$(ns "h$i")" sysctl -qw net.ipv4.tcp_retries2=5
     ip -n "$(ns sw)" link set "${prefix}b$i" master br0 up
   done
+  if [ "$k" -gt 0 ]; then
+    ip -n "$(ns sw)" link add br1 type bridge
+    ip -n "$(ns sw)" link set br1 up
+  fi
+  for i in $(seq 1 "$k"); do
+    ip link add "${prefix}c$i" type veth peer name "${prefix}d$i"
+    ip link set "${prefix}c$i" netns "$(ns "h$i")"
+    ip link set "${prefix}d$i" netns "$(ns sw)"
+    ip -n "$(ns "h$i")" link set "${prefix}c$i" name eth1
+    ip -n "$(ns "h$i")" addr add "$(host_ip2 "h$i")/24" dev eth1
+    ip -n "$(ns "h$i")" link set eth1 up
+    ip -n "$(ns sw)" link set "${prefix}d$i" master br1 up
+  done
   for i in $(seq 1 "$n"); do
     mkdir -p "/etc/netns/$(ns "h$i")"
     { echo "127.0.0.1 localhost"
-      for j in $(seq 1 "$n"); do echo "$(host_ip "h$j") h$j"; done
+      for j in $(seq 1 "$n"); do echo "$(named_ip "h$i" "h$j") h$j"; done
     } > "/etc/netns/$(ns "h$i")/hosts"
   done
   cat > "$dir/agent" <<EOF
@@ -79,14 +107,15 @@ exec bash "$(cd "$(dirname "$0")" && pwd)/hosts.sh" exec "$dir" "\$@"
 EOF
   chmod +x "$dir/agent"
   for i in $(seq 2 "$n"); do  # h1 reaches every other host: a closed port answers "refused"
-    reachable h1 "h$i" || { log "h1 cannot reach h$i"; exit 1; }
+    reachable h1 "$(host_ip "h$i")" || { log "h1 cannot reach h$i"; exit 1; }
+    [ "$i" -gt "$k" ] || reachable h1 "$(host_ip2 "h$i")" || { log "h1 cannot reach h$i on $HOSTS_SUBNET2"; exit 1; }
   done
-  log "hosts h1..h$n up on $HOSTS_SUBNET (namespaces $prefix-*)"
+  log "hosts h1..h$n up on $HOSTS_SUBNET$([ "$k" -eq 0 ] || echo ", h1..h$k on $HOSTS_SUBNET2 too") (namespaces $prefix-*)"
 }
 
-reachable() {  # FROM TO: a TCP connection to TO's discard port is refused (not timed out)
+reachable() {  # FROM IP: a TCP connection to IP's discard port is refused (not timed out)
   local out
-  out=$(ip netns exec "$(ns "$1")" timeout 3 bash -c "exec 3<>/dev/tcp/$(host_ip "$2")/9" 2>&1) && return 0
+  out=$(ip netns exec "$(ns "$1")" timeout 3 bash -c "exec 3<>/dev/tcp/$2/9" 2>&1) && return 0
   [[ $out == *refused* ]]
 }
 
@@ -152,7 +181,7 @@ unshape() {
 }
 
 case $action in
-  up) [ $# -eq 1 ] || usage; up "$1" ;;
+  up) [ $# -eq 1 ] || [ $# -eq 2 ] || usage; up "$@" ;;
   down) down ;;
   exec) load; run_in "$@" ;;
   mpirun) load; run_mpi "$@" ;;

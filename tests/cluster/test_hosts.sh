@@ -2,11 +2,8 @@
 # ctest cluster.hosts: mpibert across two hosts that share no memory. tests/cluster/hosts.sh makes
 # them (network namespaces h1 and h2 on a private /24); Open MPI starts its daemon on h2 through
 # the namespace launch agent in ssh's place (plm_rsh_agent) and talks over TCP on that subnet only
-# (btl tcp,self; oob and btl restricted to the subnet). Checked:
-#   0. the probe ports that name a lost rank: test_comm's peer tests on 2 hosts x 1 rank, where
-#      each rank's port listens on its subnet address (not loopback, not every interface), closes
-#      connections from the other host that lack the job's token without a byte, and still
-#      answers that host's probes;
+# (btl tcp,self; oob and btl restricted to the subnet). Checked (the probe ports that name a lost
+# rank across hosts: ctest cluster.probes, tests/cluster/test_probes.sh):
 #   1. equivalence: the small BERT trained 4 steps on 2 hosts x 1 rank ends with the same bytes in
 #      model.safetensors as on 1 host x 2 ranks over shared memory, for ddp, zero1, zero2 and fsdp;
 #   2. a rank killed (SIGKILL) on h2 mid-run: every rank on both hosts is gone within 30 s, mpirun
@@ -28,7 +25,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # 77 is ctest's skip code for this test (SKIP_RETURN_CODE): without root there are no test hosts.
 [ "$(id -u)" -eq 0 ] || { echo "SKIPPED: the test hosts (network namespaces) need root; CI runs as root"; exit 77; }
-for f in "$bin/mpibert" "$bin/mpibert-prep" "$bin/test_comm"; do [ -x "$f" ] || fail "$f not built (bash scripts/build.sh)"; done
+for f in "$bin/mpibert" "$bin/mpibert-prep"; do [ -x "$f" ] || fail "$f not built (bash scripts/build.sh)"; done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/mpibert-hosts.XXXXXX")
 hosts=$work/hosts
@@ -63,14 +60,6 @@ across_hosts() {  # LOG COMMAND: 2 ranks, one per host (hosts.sh mpirun: TCP on 
   shift
   bash "$hosts_sh" mpirun "$hosts" 2 "$*" > "$log" 2>&1
 }
-
-# --- 0. the probe ports across hosts ----------------------------------------------------------
-say "probe ports: test_comm's peer tests on 2 hosts x 1 rank"
-across_hosts "$work/probe-ports.log" "$bin/test_comm --gtest_color=no '--gtest_filter=HostCollectives.Peer*:HostCollectives.Probe*'" ||
-  { cat "$work/probe-ports.log"; fail "test_comm's peer tests across 2 hosts"; }
-grep -q "Data for node: h2" "$work/probe-ports.log" || { cat "$work/probe-ports.log"; fail "probe ports: mpirun's map has no rank on h2"; }
-grep -q "\[  PASSED  \] 3 tests" "$work/probe-ports.log" || { cat "$work/probe-ports.log"; fail "probe ports: not 3 tests passed"; }
-say "probe ports: on the subnet's addresses, strangers dropped, probes answered across the hosts"
 
 # --- 1. 2 hosts x 1 rank = 1 host x 2 ranks -------------------------------------------------
 for strategy in ddp zero1 zero2 fsdp; do

@@ -1,24 +1,24 @@
 // Where every rank runs, and which of them still answer when a collective hangs.
 //
 // A collective that times out says only that some rank did not take part. To name it, every rank
-// keeps a TCP port open for the job's lifetime and learns every rank's host and probe address at
+// keeps a TCP port open for the job's lifetime and learns every rank's host and probe addresses at
 // setup. The port listens only where the ranks reach each other: on loopback when every rank runs
-// on one host, else on this host's address on the route towards another rank's host (the address
-// the kernel picks as source for a connection there, so the interface the job's traffic uses).
-// A thread answers a connection only when it presents the job's token (random bytes that rank 0
-// draws and broadcasts over MPI at setup); anything else is closed without a byte and the
-// listener carries on. The rank that timed out connects to each peer and presents the token:
-//   answered            the peer's process runs and its host is reachable (it is stuck, not gone);
-//   connection refused  its host answers but the process is gone;
-//   no reply            its port accepts but nothing answers the token (the process is stopped, or
-//                       another program now holds the port);
-//   no answer in time   its host or the link to it is down.
-// The token keeps strangers (port scanners, stray clients) from being answered or from holding the
-// listener; it is not secret from whoever can read the job's MPI or probe traffic.
+// on one host, else on each address this host sends from towards another rank's host (the one
+// the kernel picks as source for a connection there, so the interface the job's traffic to that
+// host uses: a multi-homed host that reaches hosts through different interfaces listens on each).
+// Every rank publishes, for each other host, the address it listens on towards it, and a prober
+// connects to the one towards its own host.
+// A thread answers only a prober that proves it knows the job's token (random bytes that rank 0
+// draws and broadcasts over MPI at setup), proving it knows the token too; neither sends it
+// (probe_port.hpp, with what each outcome of a probe means). So a stranger is not answered, and a
+// program that takes over a dead rank's port neither passes for the rank nor learns the token;
+// the token is not secret from whoever can read the job's MPI traffic.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "mpibert/runtime/probe_port.hpp"
 
 namespace mpibert {
 
@@ -30,9 +30,12 @@ void publish_peer_addresses();
 // Every rank's host name, in rank order (empty before publish_peer_addresses).
 std::vector<std::string> peer_hosts();
 
-// Every rank's probe address, "ip:port" in rank order; empty for a rank that opened no port
-// (empty before publish_peer_addresses).
+// Every rank's probe address as this rank probes it, "ip:port" in rank order (its address towards
+// this rank's host); empty for a rank that opened no port (empty before publish_peer_addresses).
 std::vector<std::string> peer_probe_addresses();
+
+// Every address this rank's probe port listens on, "ip:port" (empty before publish_peer_addresses).
+std::vector<std::string> own_probe_addresses();
 
 // "HOST (ranks A-B), HOST (ranks C)": where the ranks run, for the log.
 std::string describe_placement(const std::vector<std::string>& hosts);
@@ -41,7 +44,8 @@ struct PeerProbe {
   int rank = 0;
   std::string host;
   std::string address;  // "ip:port" probed
-  enum class Outcome { kAnswers, kProcessGone, kNoReply, kNoAnswer, kUnresolved } outcome = Outcome::kAnswers;
+  using Outcome = ProbeOutcome;
+  Outcome outcome = Outcome::kAnswers;
 };
 
 // Probes every other rank at once, waiting at most `seconds` for answers. Empty before
