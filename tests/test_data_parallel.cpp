@@ -534,6 +534,65 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values("zero1", "zero2", "fsdp"), strategy_test_name);
 
+// hsdp over groups of G consecutive ranks (every G that divides the ranks): three accumulated steps
+// end where ddp's end within the sharded strategies' round-off, each rank holds 1/G of the AdamW
+// state, and the replicas of a slice (ranks G apart) hold the same bytes. With G the whole job
+// there are no replicas: fsdp's composition over the same group, bit for bit.
+TEST_F(DataParallelTest, HsdpShardsInsideItsGroupsAndEndsWhereDdpEnds) {
+  auto run = [&](const std::string& strategy, int group, int64_t* state_bytes) {
+    BertForQuestionAnswering model = make_model(tiny_config(), 1);
+    DataParallelOptions options = options_for(strategy, 40, 100);
+    options.shard_group_size = group;
+    const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options);
+    parallel->broadcast_parameters();
+    three_accumulated_steps(model, *parallel, rank_);
+    if (state_bytes) *state_bytes = parallel->optimizer_state_bytes();
+    return whole_parameters(model, *parallel);
+  };
+  int64_t whole_state = 0;
+  const auto ddp = run("ddp", 0, &whole_state);
+  const auto fsdp = run("fsdp", 0, nullptr);
+  const auto names = make_model(tiny_config(), 1)->named_parameters().keys();
+  for (int group = 1; group <= size_; ++group) {
+    if (size_ % group != 0) continue;
+    SCOPED_TRACE("shard groups of " + std::to_string(group));
+    int64_t state = 0;
+    const auto hsdp = run("hsdp", group, &state);
+    // 1/G of the state, up to the padding of each unit to a multiple of G.
+    EXPECT_NEAR(static_cast<double>(state), static_cast<double>(whole_state) / group, 64.0 * 2 * 4 * group);
+    for (size_t k = 0; k < hsdp.size(); ++k) {
+      if (group == size_) EXPECT_TRUE(torch::equal(hsdp[k], fsdp[k])) << names[k];
+      if (test::has_zero_true_gradient(names[k], tiny_config().num_hidden_layers)) continue;
+      EXPECT_TRUE(torch::allclose(hsdp[k], ddp[k], 1e-4, 1e-5)) << names[k];
+    }
+  }
+}
+
+// The replicas of a slice (ranks G apart) hold the same bytes after steps: the gradients they
+// updated from and their AdamW state. G = 2 on 4 ranks (ctest data_parallel.hsdp_ranks4), else 1
+// (every rank a group of its own, all of them replicas).
+TEST_F(DataParallelTest, HsdpReplicasHoldTheSameSlices) {
+  const int group = size_ >= 4 && size_ % 2 == 0 ? 2 : 1;
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallelOptions options = options_for("hsdp", 40, 100);
+  options.shard_group_size = group;
+  const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options);
+  parallel->broadcast_parameters();
+  three_accumulated_steps(model, *parallel, rank_);
+  std::vector<double> sums;
+  for (const auto& gradient : parallel->held_gradients()) sums.push_back(gradient.sum(torch::kDouble).item<double>());
+  sums.push_back(static_cast<double>(parallel->optimizer_state_bytes()));
+  // Every rank's sums, each in its own block of a vector the max over ranks gathers.
+  constexpr size_t kBlock = 64;
+  ASSERT_LE(sums.size(), kBlock);
+  std::vector<double> spread(kBlock * static_cast<size_t>(size_), -1e300);
+  std::copy(sums.begin(), sums.end(), spread.begin() + static_cast<std::ptrdiff_t>(kBlock * static_cast<size_t>(rank_)));
+  const std::vector<double> all = max_over_ranks(spread, "the ranks' slice sums");
+  const size_t replica = static_cast<size_t>((rank_ + group) % size_);
+  for (size_t i = 0; i < kBlock; ++i)
+    EXPECT_EQ(all[kBlock * static_cast<size_t>(rank_) + i], all[kBlock * replica + i]) << "sum " << i << " of rank " << rank_;
+}
+
 // Activation checkpointing (ModelOptions::gradient_checkpointing) changes no strategy's result: with
 // dropout on, three steps with accumulation end bit for bit where the same strategy ends without it,
 // with the same collectives (each parameter's gradient hook fires once per backward in the

@@ -309,6 +309,38 @@ TEST_F(DataParallelRun, ResumingOnAnotherNumberOfRanksOrStrategyFollowsTheRunTha
   }
 }
 
+// hsdp reshards like the others: 4 ranks as 2 shard groups of 2 -> 3 ranks fsdp, and 2 ranks ddp ->
+// 4 ranks hsdp, each ending where the uninterrupted run ends (global batch 12 throughout, 4 steps:
+// within the first epoch, whose end falls elsewhere for 3 and 4 ranks, their samplers padding it).
+TEST_F(DataParallelRun, HsdpCheckpointsReshardToAndFromTheOtherStrategies) {
+  test::TempDir runs;
+  auto whole = train(2, runs.file("whole"), "--batch-size 6 --max-steps 4");
+  ASSERT_EQ(whole.exit_status, 0) << whole.output;
+  const std::string reference = checkpoint(runs.file("whole"), 4) + "/model.safetensors";
+  const std::string hsdp = "hsdp --shard-group-size 2";
+  const std::vector<std::vector<std::pair<int, std::string>>> chains = {{{4, hsdp}, {3, "fsdp"}}, {{2, "ddp"}, {4, hsdp}}};
+  for (size_t c = 0; c < chains.size(); ++c) {
+    const std::string run = runs.file("chain-" + std::to_string(c));
+    std::string legs;
+    for (size_t leg = 0; leg < chains[c].size(); ++leg) {
+      const auto& [ranks, strategy] = chains[c][leg];
+      legs += " -> " + std::to_string(ranks) + " " + strategy;
+      auto result = train(ranks, run,
+                          "--batch-size " + std::to_string(12 / ranks) + " --max-steps 4 --stop-after-steps 2 --strategy " +
+                              strategy + (leg > 0 ? " --resume auto" : ""));
+      ASSERT_EQ(result.exit_status, 0) << legs << "\n" << result.output;
+    }
+    const double difference = max_difference(reference, checkpoint(run, 4) + "/model.safetensors");
+    std::cout << "chain" << legs << " vs uninterrupted: max |difference| " << difference << "\n";
+    EXPECT_LT(difference, 1e-5) << legs;
+  }
+  // Shard groups must divide the ranks: refused by name on every rank count that they do not.
+  auto uneven = train(3, runs.file("uneven"), "--batch-size 4 --max-steps 1 --strategy hsdp --shard-group-size 2");
+  EXPECT_NE(uneven.exit_status, 0);
+  EXPECT_NE(uneven.output.find("--shard-group-size: 2 does not divide the 3 ranks into shard groups"), std::string::npos)
+      << uneven.output;
+}
+
 // The position in the epoch converts to another global micro-batch only where it divides the
 // samples done; otherwise the resume is refused, naming the batch sizes.
 TEST_F(DataParallelRun, ResumeWhereTheSamplesDoneDoNotDivideIntoTheNewBatchIsRefused) {

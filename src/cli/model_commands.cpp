@@ -291,8 +291,10 @@ void ModelCommands::Impl::add_train_options() {
              "the dtype gradients are all-reduced / reduce-scattered in: fp32, or bf16 (half the bytes; accumulated and "
              "applied in fp32; FSDP2's reduce_dtype, DeepSpeed's communication_data_type)");
   add.choice(o.parallel.param_dtype, {CommDtype::kFp32, CommDtype::kBf16},
-             "fsdp: the dtype parameters are all-gathered in for forward and backward: fp32, or bf16 (half the bytes; "
-             "FSDP2's param_dtype); evaluation and saving gather fp32");
+             "fsdp and hsdp: the dtype parameters are all-gathered in for forward and backward: fp32, or bf16 (half "
+             "the bytes; FSDP2's param_dtype); evaluation and saving gather fp32");
+  add(o.parallel.shard_group_size, "hsdp: the ranks a slice is sharded over, consecutive ranks (0: the ranks of a node)")
+      ->capture_default_str();
   c->add_option("--collective-timeout", collective_timeout,
                 "seconds a rank waits in a collective before it reports what it waited for and ends the job (0: forever)")
       ->capture_default_str()

@@ -13,6 +13,8 @@ std::unique_ptr<DataParallel> make_zero(int stage, const ModelDescription& model
                                         const AdamWOptions& adam, const DataParallelOptions& options);
 std::unique_ptr<DataParallel> make_fsdp(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
                                         const AdamWOptions& adam, const DataParallelOptions& options);
+std::unique_ptr<DataParallel> make_hsdp(const ModelDescription& model, std::shared_ptr<Communicator> communicator,
+                                        const AdamWOptions& adam, const DataParallelOptions& options);
 
 namespace {
 
@@ -60,6 +62,20 @@ std::vector<StrategyRow> make_table() {
   fsdp.reads_param_dtype = true;
   fsdp.make = make_fsdp;
 
+  StrategyRow& hsdp = rows.emplace_back();
+  hsdp.name = "hsdp";
+  hsdp.known_as = "FSDP `HYBRID_SHARD`, ZeRO++ hpZ";
+  hsdp.description =
+      "fsdp inside a shard group of --shard-group-size ranks (default: a node), replicated across the groups: only an "
+      "all-reduce of each rank's 1/G of the gradients crosses between groups";
+  hsdp.parameters = "1/G (a unit gathered inside the group while it runs)";
+  hsdp.gradients = hsdp.optimizer_state = "1/G";
+  hsdp.pick_it_when =
+      "fsdp's memory is needed and the job spans nodes: the slow links between nodes carry one all-reduce of 1/G of the "
+      "gradients per rank, the gathers stay inside a node";
+  hsdp.reads_param_dtype = true;
+  hsdp.reads_shard_group_size = true;
+  hsdp.make = make_hsdp;
   return rows;
 }
 

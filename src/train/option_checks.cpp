@@ -75,6 +75,13 @@ void check_strategy_options(const TrainOptions& o) {
   std::string readers;
   for (const StrategyRow& other : strategy_table())
     if (other.reads_param_dtype) readers += (readers.empty() ? "--strategy " : " or ") + other.name;
+  if (o.parallel.shard_group_size < 0)
+    throw InputError(describe(train_option_field(o, o.parallel.shard_group_size).flag(),
+                              std::to_string(o.parallel.shard_group_size), "must be at least 0 (0: the ranks of a node)"));
+  if (o.parallel.shard_group_size > 0 && !row->reads_shard_group_size)
+    throw InputError(describe(train_option_field(o, o.parallel.shard_group_size).flag(),
+                              std::to_string(o.parallel.shard_group_size),
+                              "shards hybrid strategies; " + row->name + " shards over every rank or none"));
   if (o.parallel.param_dtype != CommDtype::kFp32 && !row->reads_param_dtype)
     throw InputError(describe(train_option_field(o, o.parallel.param_dtype).flag(), comm_dtype_name(o.parallel.param_dtype),
                               "applies to the parameter all-gathers of " + readers + "; " + row->name +

@@ -6,6 +6,7 @@
 #   tests/cluster/hosts.sh up DIR N [K]   # hosts h1..hN; writes DIR/hosts.env and DIR/agent
 #   tests/cluster/hosts.sh exec DIR HOST COMMAND...   # COMMAND inside HOST, hostname HOST
 #   tests/cluster/hosts.sh mpirun DIR N COMMAND...    # mpirun in h1, one rank per host h1..hN
+#                                                     # (HOSTS_RANKS_PER_HOST=P: P ranks each, in host order)
 #   tests/cluster/hosts.sh link DIR HOST up|down      # the host's link to the first subnet
 #   tests/cluster/hosts.sh shape DIR RATE DELAY       # every host's link (e.g. 100mbit 1ms; netem or tbf)
 #   tests/cluster/hosts.sh unshape DIR
@@ -144,11 +145,11 @@ run_in() {  # HOST COMMAND...: inside the host's namespace, with its own hostnam
 
 # mpirun inside h1 for N ranks, one on each of h1..hN; it prints its map (--display-map).
 run_mpi() {  # N COMMAND...
-  local n=$1 hosts
+  local n=$1 hosts per=${HOSTS_RANKS_PER_HOST:-1}
   shift
   [ "$n" -le "$HOSTS_N" ] && [ $# -gt 0 ] || usage
-  hosts=$(seq -s, -f 'h%g' 1 "$n")
-  run_in h1 "mpirun -n $n --host $hosts --bind-to none --display-map --mca plm_rsh_agent $dir/agent" \
+  hosts=$(seq -s, -f "h%g:$per" 1 "$n")
+  run_in h1 "mpirun -n $(( n * per )) --host $hosts --bind-to none --display-map --mca plm_rsh_agent $dir/agent" \
     "--mca btl tcp,self --mca btl_tcp_if_include $HOSTS_SUBNET --mca oob_tcp_if_include $HOSTS_SUBNET" \
     "-x OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ${HOSTS_MPIRUN_ARGS:-} $*"
 }

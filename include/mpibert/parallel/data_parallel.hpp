@@ -64,6 +64,7 @@ struct DataParallelOptions {
   double sparse_rows_max_fraction = 0.9;
   CommDtype reduce_dtype = CommDtype::kFp32;  // every strategy's gradient reductions, the sparse exchange's too
   CommDtype param_dtype = CommDtype::kFp32;   // fsdp's parameter all-gathers in forward and backward
+  int shard_group_size = 0;                   // hsdp: the ranks a slice is sharded over (0: the ranks of a node)
 };
 
 // Timing of the gradient synchronization so far.

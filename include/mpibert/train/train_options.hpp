@@ -186,6 +186,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"embedding_exchange", "--embedding-exchange", kDescribed}, o.parallel.embedding_exchange);
   visit(F{"reduce_dtype", "--reduce-dtype", kDescribed}, o.parallel.reduce_dtype);
   visit(F{"param_dtype", "--param-dtype", kDescribed}, o.parallel.param_dtype);
+  visit(F{"shard_group_size", "--shard-group-size", kDescribed}, o.parallel.shard_group_size);
 }
 
 // The description of `field`, a member of `options`: how the command line and the checks name it.
