@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <mpi.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -100,6 +104,32 @@ TEST_F(CommSplit, ANegativeColorIsRefusedBeforeAnythingIsQueued) {
   torch::Tensor one = torch::ones({1});
   world_->all_reduce_sum(one, "all-reduce after the refusal")->wait();  // the ranks are still in step
   EXPECT_EQ(one.item<float>(), static_cast<float>(size_));
+}
+
+// The Open MPI settings MpiSession gives every launch reached Open MPI itself (its MPI_T control
+// variable), where the launch did not give its own.
+TEST(OpenMpiDefaults, TcpLinksReachOpenMpi) {
+  int provided = 0, count = 0;
+  ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
+  MPI_T_cvar_get_num(&count);
+  std::string value;
+  for (int i = 0; i < count; ++i) {
+    char name[256], description[1024];
+    int name_length = sizeof name, description_length = sizeof description, verbosity = 0, binding = 0, scope = 0;
+    MPI_Datatype type;
+    MPI_T_enum enumtype;
+    MPI_T_cvar_get_info(i, name, &name_length, &verbosity, &type, &enumtype, description, &description_length, &binding, &scope);
+    if (std::string(name) != "btl_tcp_links") continue;
+    MPI_T_cvar_handle handle;
+    int elements = 0, links = 0;
+    MPI_T_cvar_handle_alloc(i, nullptr, &handle, &elements);
+    MPI_T_cvar_read(handle, &links);
+    MPI_T_cvar_handle_free(&handle);
+    value = std::to_string(links);
+  }
+  MPI_T_finalize();
+  const char* given = std::getenv("MPIBERT_TEST_GIVEN_TCP_LINKS");  // a launch's own, if the test was given one
+  EXPECT_EQ(value, given ? given : kOpenMpiTcpLinks);
 }
 
 // Run by tests/test_comm_split_failure.sh on 3 ranks: groups {0, 1} and {2}; rank 1 never joins its

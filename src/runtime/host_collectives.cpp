@@ -65,6 +65,16 @@ std::vector<double> reduce_doubles(std::vector<double> values, MPI_Op op, const 
   return result;
 }
 
+// Open MPI settings every launch of mpibert gets, as OMPI_MCA_* variables set before MPI_Init
+// unless the launch (mpirun --mca, the environment) gave its own. btl_tcp_links: over TCP, one
+// connection per pair of ranks carries a ring's traffic in both directions at once at about half
+// the link's rate on the test hosts' shaped links; several connections stripe each message and
+// reach the link's rate (docs/measurements.md).
+void apply_open_mpi_defaults() {
+  static const std::pair<const char*, const char*> defaults[] = {{"OMPI_MCA_btl_tcp_links", kOpenMpiTcpLinks}};
+  for (const auto& [name, value] : defaults) setenv(name, value, /*overwrite=*/0);
+}
+
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -72,6 +82,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    apply_open_mpi_defaults();
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     if (provided < MPI_THREAD_MULTIPLE) {

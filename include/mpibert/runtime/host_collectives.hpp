@@ -27,6 +27,10 @@ class MpiSession {
   int rank_ = 0, size_ = 1;
 };
 
+// The TCP connections Open MPI opens between two ranks (btl_tcp_links) when the launch does not
+// say: MpiSession sets it before MPI_Init.
+inline constexpr const char* kOpenMpiTcpLinks = "4";
+
 // The rank and size of MPI_COMM_WORLD, or 0 and 1 when MPI is not initialized.
 int world_rank();
 int world_size();

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Two builds of mpibert side by side on 2 test hosts (tests/cluster/hosts.sh: network namespaces,
+# TCP between them, one rank per host): every strategy, ROUNDS rounds, the builds alternating
+# (which goes first swaps every round), each run's steady samples/s (after the warm-up steps) and
+# mean step time from its results.json. For a change that must not slow the step down (the
+# parallel layer's rebuild). Prints a Markdown table; needs root.
+#   bench/builds_on_hosts.sh BEFORE_BIN_DIR AFTER_BIN_DIR [ROUNDS] [STEPS] [RATE]
+# RATE (e.g. 1gbit) shapes both hosts' links; default unlimited.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+before=${1:?usage: bench/builds_on_hosts.sh BEFORE_BIN_DIR AFTER_BIN_DIR [ROUNDS] [STEPS] [RATE]}
+after=${2:?usage: bench/builds_on_hosts.sh BEFORE_BIN_DIR AFTER_BIN_DIR [ROUNDS] [STEPS] [RATE]}
+rounds=${3:-2} steps=${4:-30} rate=${5:-}
+[ "$(id -u)" -eq 0 ] || { echo "builds_on_hosts: the test hosts need root" >&2; exit 1; }
+export OMP_NUM_THREADS=1
+work=$(mktemp -d)
+trap 'bash tests/cluster/hosts.sh down "$work/hosts" > /dev/null 2>&1 || true; rm -rf "$work"' EXIT
+bash tests/cluster/hosts.sh up "$work/hosts" 2
+[ -z "$rate" ] || bash tests/cluster/hosts.sh shape "$work/hosts" "$rate" 0
+vocab=data_prep/data/bert-base-uncased/vocab.txt
+"$after/mpibert-prep" split data_prep/data/squad/dev-v1.1.json.gz --articles 0:10 --out "$work/train.json" > /dev/null
+"$after/mpibert-prep" --input "$work/train.json" --vocab "$vocab" --out "$work/shards" --split train --log-level warn
+
+run() {  # BIN STRATEGY OUT: samples/s and step time (steady)
+  local bin=$1 strategy=$2 out=$3
+  bash tests/cluster/hosts.sh mpirun "$work/hosts" 2 \
+    "$bin/mpibert train --model-config $PWD/configs/small-bert.json --vocab $PWD/$vocab --train-shards $work/shards" \
+    "--output-dir $out --strategy $strategy --batch-size 8 --threads 1 --seed 7 --logging-steps 0 --report-to none" \
+    "--save-strategy no --max-steps $steps" > "$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
+  python3 -c "import json; r = json.load(open('$out/results.json')); \
+print(f\"{r['train_steady_samples_per_second']:.1f} {1000 * r['parameters']['batch_size'] * 2 / r['train_steady_samples_per_second']:.0f}\")"
+}
+
+echo "| strategy | round | before samples/s | after samples/s | before ms/step | after ms/step |"
+echo "|---|--:|--:|--:|--:|--:|"
+for strategy in ddp zero1 zero2 fsdp; do
+  for round in $(seq 1 "$rounds"); do
+    if [ $((round % 2)) = 1 ]; then order="before after"; else order="after before"; fi
+    declare -A result=()
+    for build in $order; do
+      bin=$before
+      [ "$build" = after ] && bin=$after
+      result[$build]=$(run "$bin" "$strategy" "$work/$build-$strategy-$round")
+    done
+    read -r bs bt <<< "${result[before]}"
+    read -r as at <<< "${result[after]}"
+    echo "| $strategy | $round | $bs | $as | $bt | $at |"
+  done
+done
