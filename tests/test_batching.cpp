@@ -119,6 +119,49 @@ TEST_F(BatchLoading, PackedBatchesHoldTheRealTokensEndToEnd) {
   EXPECT_STREQ(padding_name(Padding::kPacked), "packed");
 }
 
+// A full packed batch padded to its bucket (the first multiple of the granularity above its
+// tokens) by one filler feature of pad tokens, whose answer the loss ignores; the real features as
+// plain packing has them; a short batch is not bucketed; the loader delivers them so.
+TEST_F(BatchLoading, BucketedPackingPadsToABucketWithOneFillerFeature) {
+  const std::vector<int64_t> order = shuffled_order();
+  const std::vector<int64_t> indices(order.begin(), order.begin() + 4);
+  const TokenBuckets buckets{4, store_->manifest().params.max_seq_length, 256};
+  EXPECT_EQ(buckets.all().front(), 256);
+  EXPECT_EQ(buckets.all().back(), (4 * 384 / 256 + 1) * 256);
+  EXPECT_EQ(buckets.logits_width(), 384);
+  const Batch plain = make_batch(*store_, indices, Padding::kPacked);
+  const Batch bucketed = make_batch(*store_, indices, Padding::kPacked, 0, false, &buckets);
+  const int64_t real = plain.real_tokens;
+  EXPECT_EQ(bucketed.bucket, (real / 256 + 1) * 256);
+  EXPECT_EQ(bucketed.real_tokens, real);
+  EXPECT_EQ(bucketed.feature_indices, plain.feature_indices);
+  ASSERT_EQ(bucketed.feature_offsets.size(), indices.size() + 2);
+  EXPECT_TRUE(std::equal(plain.feature_offsets.begin(), plain.feature_offsets.end(), bucketed.feature_offsets.begin()));
+  EXPECT_EQ(bucketed.feature_offsets.back(), bucketed.bucket);
+  EXPECT_EQ(bucketed.padded_length, 384);
+  EXPECT_EQ(bucketed.input_ids.numel(), bucketed.bucket);
+  EXPECT_TRUE(torch::equal(bucketed.input_ids.slice(0, 0, real), plain.input_ids));
+  EXPECT_TRUE(torch::equal(bucketed.position_ids.slice(0, 0, real), plain.position_ids));
+  const int64_t filler = bucketed.bucket - real;
+  EXPECT_TRUE(torch::equal(bucketed.input_ids.slice(0, real), torch::zeros({filler}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(bucketed.token_type_ids.slice(0, real), torch::zeros({filler}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(bucketed.position_ids.slice(0, real), torch::arange(filler)));
+  ASSERT_EQ(bucketed.start_positions.numel(), 5);
+  EXPECT_TRUE(torch::equal(bucketed.start_positions.slice(0, 0, 4), plain.start_positions));
+  EXPECT_EQ(bucketed.start_positions[4].item<int64_t>(), 384);  // the loss's ignored index
+  EXPECT_EQ(bucketed.end_positions[4].item<int64_t>(), 384);
+  // Three features where the buckets are for four: packed as usual.
+  const Batch short_batch = make_batch(*store_, {order[0], order[1], order[2]}, Padding::kPacked, 0, false, &buckets);
+  EXPECT_EQ(short_batch.bucket, 0);
+  EXPECT_EQ(short_batch.feature_offsets.size(), 4u);
+  // The loader: every full micro-batch bucketed, the last (shorter) one not.
+  BatchLoader loader(*store_, order, 4, 0, Padding::kPacked, torch::kCPU, buckets);
+  while (!loader.exhausted()) {
+    const Batch batch = loader.next();
+    EXPECT_EQ(batch.bucket > 0, batch.feature_indices.size() == 4u);
+  }
+}
+
 TEST_F(BatchLoading, DestroyedMidEpochJoinsItsHelper) {
   for (int round = 0; round < 20; ++round) {
     BatchLoader loader(*store_, shuffled_order(), 2, 0, Padding::kFull, torch::kCPU);

@@ -134,6 +134,49 @@ TEST(FusedAdamW, UpdatesAsTheUnfusedOneWithinRoundOff) {
   }
 }
 
+// The device-side step (a tensor learning rate, the step count advanced on the device: what a
+// replayed CUDA graph needs) follows the host-side fused step bit for bit, across a change of
+// learning rate and a restore of the step count (a resume), and refuses the unfused optimizer.
+TEST(FusedAdamW, TheDeviceSideStepFollowsTheHostSideOneBitForBit) {
+  auto make = [] {
+    torch::manual_seed(3);
+    torch::OrderedDict<std::string, torch::Tensor> named;
+    named.insert("layer.dense.weight", torch::randn({64, 48}).requires_grad_());
+    named.insert("layer.dense.bias", torch::randn({64}).requires_grad_());
+    return named;
+  };
+  AdamWOptions options;
+  options.weight_decay = 0.01;
+  options.fused = true;
+  auto host_parameters = make(), device_parameters = make();
+  AdamW host(host_parameters, options), device(device_parameters, options);
+  const torch::Tensor lr = torch::zeros({}, torch::kDouble);
+  for (int step = 1; step <= 6; ++step) {
+    if (step == 4) {  // a resume: the count restored on both
+      host.set_steps_taken(7);
+      device.set_steps_taken(7);
+    }
+    torch::manual_seed(100 + step);
+    for (const auto& item : host_parameters) {
+      const torch::Tensor grad = torch::randn(item.value().sizes());
+      item.value().mutable_grad() = grad.clone();
+      device_parameters[item.key()].mutable_grad() = grad.clone();
+    }
+    host.step(1e-3 * step);
+    lr.fill_(1e-3 * step);  // the static input a replay reads, written before it
+    device.step(lr);
+  }
+  EXPECT_EQ(device.steps_taken(), host.steps_taken());
+  for (const auto& item : host_parameters) EXPECT_TRUE(torch::equal(device_parameters[item.key()], item.value())) << item.key();
+  for (size_t k = 0; k < host.slots().size(); ++k) {
+    EXPECT_TRUE(torch::equal(device.slots()[k].exp_avg, host.slots()[k].exp_avg));
+    EXPECT_TRUE(torch::equal(device.slots()[k].exp_avg_sq, host.slots()[k].exp_avg_sq));
+  }
+  options.fused = false;
+  AdamW unfused(make(), options);
+  EXPECT_THROW(unfused.step(lr), std::logic_error);
+}
+
 TEST(FusedAdamW, OptimNamesAreHuggingFaces) {
   EXPECT_STREQ(optim_name(Optim::kAdamWTorch), "adamw_torch");
   EXPECT_STREQ(optim_name(Optim::kAdamWTorchFused), "adamw_torch_fused");

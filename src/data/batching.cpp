@@ -54,12 +54,23 @@ void make_padded(Batch& batch, const FeatureStore& store, Padding padding, int64
   }
 }
 
-void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOptions& options) {
+// `buckets`: where the batch falls in one, the tokens padded to it by a filler feature.
+void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOptions& options, int64_t pad_token_id,
+                 const TokenBuckets* buckets) {
   batch.feature_offsets = {0};
   for (int64_t index : batch.feature_indices) {
     const int64_t length = store.feature(index).length;
     batch.feature_offsets.push_back(batch.feature_offsets.back() + length);
     batch.padded_length = std::max(batch.padded_length, length);
+  }
+  const int64_t real = batch.feature_offsets.back();
+  const auto features = static_cast<int64_t>(batch.feature_indices.size());
+  batch.bucket = buckets ? buckets->bucket_of(features, real) : 0;
+  if (batch.bucket > 0) {
+    batch.feature_offsets.push_back(batch.bucket);
+    batch.padded_length = buckets->logits_width();
+    batch.start_positions = torch::empty({features + 1}, options);
+    batch.end_positions = torch::empty({features + 1}, options);
   }
   const int64_t tokens = batch.feature_offsets.back();
   batch.input_ids = torch::empty({tokens}, options);
@@ -78,12 +89,33 @@ void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOpt
     }
     add_answer_and_counts(batch, feature, static_cast<int64_t>(row));
   }
+  if (batch.bucket == 0) return;
+  // The filler: pad tokens counting from 0, its answer past the logits (the loss's ignored index).
+  for (int64_t t = real; t < tokens; ++t) {
+    ids[t] = pad_token_id;
+    types[t] = 0;
+    positions[t] = t - real;
+  }
+  batch.start_positions[features] = batch.padded_length;
+  batch.end_positions[features] = batch.padded_length;
 }
 
 }  // namespace
 
+int64_t TokenBuckets::bucket_of(int64_t features, int64_t real_tokens) const {
+  if (features != batch_size || granularity <= 0) return 0;
+  return (real_tokens / granularity + 1) * granularity;  // the filler has at least one token
+}
+
+std::vector<int64_t> TokenBuckets::all() const {
+  std::vector<int64_t> buckets;
+  for (int64_t bucket = granularity; bucket <= bucket_of(batch_size, batch_size * max_seq_length); bucket += granularity)
+    buckets.push_back(bucket);
+  return buckets;
+}
+
 Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding, int64_t pad_token_id,
-                 bool pin_memory) {
+                 bool pin_memory, const TokenBuckets* buckets) {
   Batch batch;
   batch.feature_indices = feature_indices;
   const auto options = torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin_memory);
@@ -91,7 +123,7 @@ Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_
   batch.start_positions = torch::empty({rows}, options);
   batch.end_positions = torch::empty({rows}, options);
   if (padding == Padding::kPacked)
-    make_packed(batch, store, options);
+    make_packed(batch, store, options, pad_token_id, buckets);
   else
     make_padded(batch, store, padding, pad_token_id, options);
   return batch;
@@ -107,14 +139,15 @@ Batch Batch::to(const torch::Device& device) const {
 }
 
 BatchLoader::BatchLoader(const FeatureStore& store, std::vector<int64_t> order, int64_t batch_size, int64_t first,
-                         Padding padding, torch::Device device)
+                         Padding padding, torch::Device device, std::optional<TokenBuckets> buckets)
     : store_(store),
       order_(std::move(order)),
       batch_size_(batch_size),
       next_(first),
       count_((static_cast<int64_t>(order_.size()) + batch_size - 1) / batch_size),
       padding_(padding),
-      device_(device) {
+      device_(device),
+      buckets_(std::move(buckets)) {
   if (!exhausted()) start(next_);
 }
 
@@ -131,7 +164,7 @@ void BatchLoader::start(int64_t micro_batch) {
     // Pinned memory belongs to the thread's current CUDA device: this rank's, not device 0 (where
     // every rank of the node would otherwise open a context).
     c10::OptionalDeviceGuard guard(pin ? std::optional<c10::Device>(device_) : std::nullopt);
-    return make_batch(store_, indices, padding_, 0, pin);
+    return make_batch(store_, indices, padding_, 0, pin, buckets_ ? &*buckets_ : nullptr);
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <stdexcept>
 
 namespace mpibert {
 
@@ -18,16 +19,13 @@ AdamW::AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_paramet
 
 const char* optim_name(Optim optim) { return optim == Optim::kAdamWTorchFused ? "adamw_torch_fused" : "adamw_torch"; }
 
-// One call of torch's fused kernel per weight-decay value (it takes one), over the slots with a
-// gradient; the step count goes in as a tensor, as torch.optim.AdamW(fused=True) passes it.
-void AdamW::fused_step(double lr) {
+template <class Lr>
+void AdamW::fused_step(const Lr& lr, const torch::Tensor& step) {
   std::map<double, std::vector<const Slot*>> by_decay;
   for (const Slot& slot : slots_)
     if (slot.parameter.grad().defined()) by_decay[slot.weight_decay].push_back(&slot);
   for (const auto& [decay, slots] : by_decay) {
     std::vector<torch::Tensor> parameters, grads, exp_avgs, exp_avg_sqs, steps;
-    const torch::Tensor step = torch::full({}, static_cast<double>(steps_taken_),
-                                           torch::TensorOptions().dtype(torch::kFloat).device(slots.front()->parameter.device()));
     for (const Slot* slot : slots) {
       parameters.push_back(slot->parameter);
       grads.push_back(slot->parameter.grad());
@@ -40,9 +38,29 @@ void AdamW::fused_step(double lr) {
   }
 }
 
+// The step count goes in as a tensor, as torch.optim.AdamW(fused=True) passes it.
+void AdamW::fused_step(double lr) {
+  if (slots_.empty()) return;
+  const torch::Device device = slots_.front().parameter.device();
+  fused_step(lr, torch::full({}, static_cast<double>(steps_taken_), torch::TensorOptions().dtype(torch::kFloat).device(device)));
+}
+
+void AdamW::step(const torch::Tensor& lr) {
+  if (!options_.fused) throw std::logic_error("AdamW::step(tensor): the device-side step is the fused kernel's");
+  torch::NoGradGuard no_grad;
+  if (slots_.empty()) return;
+  if (!device_steps_.defined())
+    device_steps_ = torch::full({}, static_cast<double>(steps_taken_),
+                                torch::TensorOptions().dtype(torch::kFloat).device(slots_.front().parameter.device()));
+  ++steps_taken_;
+  device_steps_.add_(1);
+  fused_step(lr, device_steps_);
+}
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_taken_;
+  device_steps_ = torch::Tensor();  // a later step(tensor) counts on from the host's count
   if (options_.fused) {
     fused_step(lr);
     return;

@@ -36,6 +36,12 @@ class AdamW {
   // the parameter, update the moments, then the bias-corrected step. Parameters without a
   // gradient are skipped, as torch does.
   void step(double lr);
+  // The same update (fused only) with nothing read from or written by the host: the learning rate
+  // a 0-dim float64 tensor on the parameters' device, the step count a device tensor advanced on
+  // the device. What a step the GPU replays (a CUDA graph) needs; the host's count is advanced by
+  // count_replayed_step() for each replay, the update itself not running on the host then.
+  void step(const torch::Tensor& lr);
+  void count_replayed_step() { ++steps_taken_; }
   void zero_grad();
   int64_t steps_taken() const { return steps_taken_; }
 
@@ -47,13 +53,20 @@ class AdamW {
   // For checkpoints: moments by parameter name, and the step count.
   std::vector<Slot>& slots() { return slots_; }
   const std::vector<Slot>& slots() const { return slots_; }
-  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+  void set_steps_taken(int64_t steps) {
+    steps_taken_ = steps;
+    device_steps_ = torch::Tensor();  // made again from the host's count
+  }
 
  private:
   AdamWOptions options_;
   std::vector<Slot> slots_;
   int64_t steps_taken_ = 0;
   void fused_step(double lr);
+  // The fused kernel over the slots with a gradient, one call per weight-decay value (it takes one).
+  template <class Lr>
+  void fused_step(const Lr& lr, const torch::Tensor& step);
+  torch::Tensor device_steps_;  // step(tensor)'s count, on the device
 };
 
 // torch.nn.utils.clip_grad_norm_ (L2): returns the pre-clip global norm (the L2 norm of the
