@@ -23,8 +23,10 @@
 #        a profiled run                             its trace holds our phases (and GPU kernels)
 #      printed as one table;
 #   4. unless --skip-throughput, STEPS (100) bf16 steps of bert-base at batch BATCH (32) on the
-#      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches (samples/s over
-#      the whole run and steady after the warm-up steps, MFU, peak GPU memory), and HF's
+#      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches, and packed with
+#      --cuda-graphs (samples/s over the whole run and steady after the warm-up steps, MFU, peak
+#      GPU memory); the packed step's kernels per step, GPU-busy time, gaps and top kernels, eager
+#      and graphed (tools/mpibert_tools/kernel_accounting.py over a profiled window); and HF's
 #      Trainer on the same GPU (bench/hf_peer/run_qa_peer.py throughput, full padding) unless
 #      --skip-peer.
 # Exits 1 on any failed check. `--device cpu` runs steps 3 on the CPU in place of the GPU (ctest
@@ -282,8 +284,13 @@ squad=data_prep/data/squad/dev-v1.1.json.gz
 if [ "$checks" = 1 ]; then
 if [ "$device" = cuda ]; then
   echo "== GPU tests"
-  if mpiexec -n 1 --bind-to none "$bin/test_gpu"; then record "GPU tests (test_gpu)" "HF fixture, CPU" "all" "-" 1
+  if mpiexec -n 1 --bind-to none "$bin/test_gpu" --gtest_filter=-GpuStepGraphs.*; then
+    record "GPU tests (test_gpu)" "HF fixture, CPU" "all" "-" 1
   else record "GPU tests (test_gpu)" "HF fixture, CPU" "failures above" "-" 0; fi
+  # The step the GPU replays (--cuda-graphs) against the eager step: 30 packed steps, fp32.
+  if mpiexec -n 1 --bind-to none "$bin/test_gpu" --gtest_filter=GpuStepGraphs.* | tee "$work/graphs-test.log"; then
+    record "CUDA graphs: replayed steps" "eager steps (loss 1e-4, weights)" "$(sed -n 's/^ *step graphs: //p' "$work/graphs-test.log")" "-" 1
+  else record "CUDA graphs: replayed steps" "eager steps (loss 1e-4, weights)" "failures above" "-" 0; fi
 fi
 
 echo "== short runs of the fixture model on $device (logs in $work)"
@@ -475,12 +482,14 @@ if [ "$device" = cuda ] && [ "$throughput" = 1 ]; then
   fi
   echo "| run | samples/s, whole run | samples/s, steady | MFU | model GFLOP/sample (real tokens) | peak GPU memory |" > "$speeds"
   echo "|---|---|---|---|---|---|" >> "$speeds"
-  for padding in full dynamic packed; do
-    rm -rf "$work/bert-$padding"
-    logged "bert-$padding" "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" \
-      --train-shards "$work/bert-shards" --output-dir "$work/bert-$padding" --device cuda --bf16 --padding "$padding" \
+  for mode in full dynamic packed packed-graphs; do
+    padding=${mode%-graphs} graphs=()
+    [ "$mode" = packed-graphs ] && graphs=(--cuda-graphs)
+    rm -rf "$work/bert-$mode"
+    logged "bert-$mode" "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" \
+      --train-shards "$work/bert-shards" --output-dir "$work/bert-$mode" --device cuda --bf16 --padding "$padding" "${graphs[@]}" \
       --batch-size "${BATCH:-32}" --max-steps "${STEPS:-100}" --learning-rate 4e-5 --logging-steps 20 --save-total-limit 1 || failed=1
-    "$py" - "$work/bert-$padding" "mpibert, $padding" >> "$speeds" <<'PY' || echo "| mpibert, $padding | failed (log) | | | | |" >> "$speeds"
+    "$py" - "$work/bert-$mode" "mpibert, $mode" >> "$speeds" <<'PY' || echo "| mpibert, $mode | failed (log) | | | | |" >> "$speeds"
 import json, sys
 run, label = sys.argv[1:]
 r = json.load(open(run + "/results.json"))
@@ -504,6 +513,21 @@ PY
       echo "| HF Trainer, full | failed (log) | | | | |" >> "$speeds"
     fi
   fi
+  # Where the packed step's time goes, eager and graphed: 5 profiled steps after 20, from the trace.
+  echo >> "$speeds"
+  echo "| packed steps 21-25 | kernels/step | GPU busy/step (ms) | step (ms) | gaps (%) | top kernels by time |" >> "$speeds"
+  echo "|---|---|---|---|---|---|" >> "$speeds"
+  for mode in packed packed-graphs; do
+    graphs=()
+    [ "$mode" = packed-graphs ] && graphs=(--cuda-graphs)
+    rm -rf "$work/profile-$mode"
+    logged "profile-$mode" "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" \
+      --train-shards "$work/bert-shards" --output-dir "$work/profile-$mode" --device cuda --bf16 --padding packed "${graphs[@]}" \
+      --batch-size "${BATCH:-32}" --max-steps 26 --learning-rate 4e-5 --logging-steps 0 --save-total-limit 1 \
+      --profile --profile-wait 18 --profile-warmup 2 --profile-active 5 || failed=1
+    PYTHONPATH=tools "$py" -m mpibert_tools.kernel_accounting "$work/profile-$mode/profile/trace.json" "$mode" 5 >> "$speeds" \
+      || echo "| $mode | no trace (log) | | | | |" >> "$speeds"
+  done
   cat "$speeds"
 fi
 

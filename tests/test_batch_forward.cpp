@@ -1,14 +1,19 @@
 // The model on batches as batching.hpp lays them out, packed to a token bucket (a shape a CUDA graph
 // replays): the filler feature adds nothing, so the loss and every gradient are plain packing's
 // (within the round-off of longer reductions), and no gradient reaches the pad token's embedding.
+// Then the step a CUDA graph captures (step_graphs.hpp) where it cannot run: the refusals, and the
+// eager path off the GPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "mpibert/data/batching.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/train/batch_forward.hpp"
+#include "mpibert/train/step_graphs.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -50,6 +55,53 @@ TEST(BucketedPacking, TheFillerAddsNothingToTheLossOrTheGradients) {
     EXPECT_TRUE(torch::equal(bucketed_gradients[0][0], torch::zeros_like(bucketed_gradients[0][0])));
     EXPECT_FALSE(plain.input_ids.eq(0).any().item<bool>());
   }
+}
+
+// --cuda-graphs is refused with what it would take, one condition at a time.
+TEST(StepCapture, EachRunThatCannotBeCapturedIsRefusedWithWhatItWouldTake) {
+  const StepCaptureConditions capturable{/*cuda=*/true, /*packed=*/true};
+  EXPECT_EQ(steps_cannot_be_captured(capturable), "");
+  struct Row {
+    std::function<void(StepCaptureConditions&)> change;
+    std::string reason;
+  };
+  const std::vector<Row> rows = {
+      {[](StepCaptureConditions& c) { c.cuda = false; }, "CUDA graphs need a GPU"},
+      {[](StepCaptureConditions& c) { c.packed = false; }, "give --padding packed"},
+      {[](StepCaptureConditions& c) { c.ranks = 2; }, "one rank per job"},
+      {[](StepCaptureConditions& c) { c.fp16 = true; }, "use --bf16"},
+      {[](StepCaptureConditions& c) { c.accumulation = 2; }, "--gradient-accumulation 1"},
+      {[](StepCaptureConditions& c) { c.fused_adamw = false; }, "--optim adamw_torch_fused"},
+      {[](StepCaptureConditions& c) { c.deterministic = true; }, "--deterministic"},
+  };
+  for (const Row& row : rows) {
+    StepCaptureConditions run = capturable;
+    row.change(run);
+    EXPECT_NE(steps_cannot_be_captured(run).find(row.reason), std::string::npos)
+        << row.reason << ": " << steps_cannot_be_captured(run);
+  }
+}
+
+// Where nothing can be captured every step runs eagerly through the same body, the learning rate a
+// 0-dim float64 tensor on the device, and the body is never told of a replay.
+TEST(StepCapture, OffTheGpuEveryStepRunsTheBodyEagerly) {
+  StepGraphs graphs(torch::kCPU);
+  Batch batch;
+  batch.bucket = 512;
+  std::vector<double> rates;
+  int replays = 0;
+  const StepBody body{[&](const Batch&, const torch::Tensor& lr) {
+                        EXPECT_EQ(lr.dim(), 0);
+                        EXPECT_EQ(lr.scalar_type(), torch::kDouble);
+                        rates.push_back(lr.item<double>());
+                        return StepResult{torch::tensor(1.0), torch::tensor(2.0)};
+                      },
+                      [&] { ++replays; }};
+  for (double lr : {1e-3, 2e-3, 3e-3, 4e-3}) graphs.run(batch, lr, body);
+  EXPECT_EQ(rates, (std::vector<double>{1e-3, 2e-3, 3e-3, 4e-3}));
+  EXPECT_EQ(replays, 0);
+  EXPECT_EQ(graphs.stats().eager_steps, 4);
+  EXPECT_EQ(graphs.stats().captures + graphs.stats().replays, 0);
 }
 
 }  // namespace

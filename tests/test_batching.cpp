@@ -138,6 +138,9 @@ TEST_F(BatchLoading, BucketedPackingPadsToABucketWithOneFillerFeature) {
   ASSERT_EQ(bucketed.feature_offsets.size(), indices.size() + 2);
   EXPECT_TRUE(std::equal(plain.feature_offsets.begin(), plain.feature_offsets.end(), bucketed.feature_offsets.begin()));
   EXPECT_EQ(bucketed.feature_offsets.back(), bucketed.bucket);
+  EXPECT_TRUE(torch::equal(
+      bucketed.cumulative_lengths,
+      torch::tensor(std::vector<int64_t>(bucketed.feature_offsets.begin(), bucketed.feature_offsets.end())).to(torch::kInt32)));
   EXPECT_EQ(bucketed.padded_length, 384);
   EXPECT_EQ(bucketed.input_ids.numel(), bucketed.bucket);
   EXPECT_TRUE(torch::equal(bucketed.input_ids.slice(0, 0, real), plain.input_ids));

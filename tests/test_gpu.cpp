@@ -431,5 +431,54 @@ TEST(GpuTraining, TwentyStepsOnTheGpuFollowTheCpu) {
   EXPECT_GT(results["peak_gpu_memory_bytes"].get<int64_t>(), 0);
 }
 
+// --cuda-graphs: the step captured per token bucket and replayed trains as the eager step does
+// (fp32 without TF32, dropout off: the same kernels on other buffers, the bucket's filler adding
+// nothing), AdamW counts every replayed step, and the buckets were captured and replayed.
+TEST(GpuStepGraphs, ReplayedStepsFollowTheEagerOnes) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir data;
+  test::prepare_shards(data.file("train"), test::squad_v1_path(), 0, 320, "train");
+  auto config = nlohmann::json::parse(read_file(model_fixture("config.json")));  // dropout 0
+  test::write_text(data.file("config.json"), config.dump());
+  constexpr int64_t kSteps = 30;
+  auto run = [&](const std::string& name, bool graphs) {
+    TrainOptions o;
+    o.train_dir = data.file("train");
+    o.output_dir = data.file(name);
+    o.model_config = data.file("config.json");
+    o.vocab = test::vocab_path();
+    o.max_steps = kSteps;
+    o.batch_size = 8;
+    o.learning_rate = 1e-3;
+    o.logging_steps = 0;
+    o.padding = Padding::kPacked;
+    o.device = DeviceChoice::kCuda;
+    o.cuda_graphs = graphs;
+    train(o);
+    std::vector<double> losses;
+    for (const auto& line : test::read_lines(data.file(name + "/metrics.jsonl")))
+      losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+    return losses;
+  };
+  set_tf32(false);
+  const std::vector<double> eager = run("eager", false), graphed = run("graphed", true);
+  ASSERT_EQ(eager.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(graphed.size(), static_cast<size_t>(kSteps));
+  for (size_t step = 0; step < eager.size(); ++step) EXPECT_NEAR(graphed[step], eager[step], 1e-4) << "step " << step + 1;
+  const auto results = nlohmann::json::parse(read_file(data.file("graphed/results.json")));
+  std::cout << "  step graphs: " << results["step_graphs"].dump() << "\n";
+  EXPECT_GE(results["step_graphs"]["captures"].get<int64_t>(), 1);
+  EXPECT_GT(results["step_graphs"]["replays"].get<int64_t>(), kSteps / 2);
+  const std::string checkpoint = "/checkpoint-" + std::to_string(kSteps) + "/";
+  for (const char* name : {"eager", "graphed"}) {
+    SafetensorsFile optimizer = SafetensorsFile::open(data.file(name + checkpoint + "optimizer.safetensors"));
+    EXPECT_EQ(optimizer.get("adam_steps").item<int64_t>(), kSteps) << name;
+  }
+  SafetensorsFile eager_weights = SafetensorsFile::open(data.file("eager" + checkpoint + "model.safetensors"));
+  SafetensorsFile graphed_weights = SafetensorsFile::open(data.file("graphed" + checkpoint + "model.safetensors"));
+  for (const NamedTensor& weight : eager_weights.tensors())
+    EXPECT_TRUE(torch::allclose(graphed_weights.get(weight.name), weight.tensor, 1e-4, 1e-5)) << weight.name;
+}
+
 }  // namespace
 }  // namespace mpibert

@@ -139,6 +139,7 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--threads -1", "--threads: -1: must be at least 0"},
       {"--collective-timeout -5", "--collective-timeout: -5.000000: must be at least 0"},
       {"--strategy zero9", "--strategy: zero9 not in {ddp,zero1,zero2,fsdp,hsdp}"},
+      {"--cuda-graphs --device cpu", "--cuda-graphs: CUDA graphs need a GPU"},
       {"--device tpu", "--device: tpu not in {auto,cpu,cuda}"},
       {"--comm gloo", "--comm: gloo not in {auto,mpi,nccl}"},
       {"--padding some", "--padding: some not in {dynamic,full,packed}"},

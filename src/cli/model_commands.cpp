@@ -273,6 +273,9 @@ void ModelCommands::Impl::add_train_options() {
   add(o.model.autocast_fp16, "fp16 autocast with dynamic loss scaling (GPUs without bf16), float32 master weights");
   add(o.tf32, "TF32 for float32 matrix products on GPUs");
   add(o.deterministic, "deterministic algorithms (bit-exact reruns and resumes on GPUs; slower)");
+  add(o.cuda_graphs,
+      "the step captured once per token bucket and replayed (one GPU rank, --padding packed, no fp16, one micro-batch, "
+      "adamw_torch_fused); refused with the reason otherwise (docs/gpus.md)");
 
   add.group = "Parallelism";
   add.choice(o.device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},

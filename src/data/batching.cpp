@@ -89,6 +89,8 @@ void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOpt
     }
     add_answer_and_counts(batch, feature, static_cast<int64_t>(row));
   }
+  batch.cumulative_lengths = torch::empty({static_cast<int64_t>(batch.feature_offsets.size())}, options.dtype(torch::kInt32));
+  std::copy(batch.feature_offsets.begin(), batch.feature_offsets.end(), batch.cumulative_lengths.data_ptr<int32_t>());
   if (batch.bucket == 0) return;
   // The filler: pad tokens counting from 0, its answer past the logits (the loss's ignored index).
   for (int64_t t = real; t < tokens; ++t) {
@@ -133,7 +135,7 @@ Batch Batch::to(const torch::Device& device) const {
   if (device.is_cpu()) return *this;
   Batch moved = *this;
   for (torch::Tensor* tensor : {&moved.input_ids, &moved.token_type_ids, &moved.attention_mask, &moved.position_ids,
-                                &moved.start_positions, &moved.end_positions})
+                                &moved.start_positions, &moved.end_positions, &moved.cumulative_lengths})
     if (tensor->defined()) *tensor = tensor->to(device, /*non_blocking=*/true);
   return moved;
 }

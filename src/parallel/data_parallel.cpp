@@ -20,6 +20,8 @@ std::vector<torch::Tensor> DataParallel::held_gradients() const { return optimiz
 
 bool DataParallel::unscale_gradients(double inverse_scale) { return optimizer().unscale(inverse_scale, job()); }
 
+void DataParallel::count_replayed_step() { optimizer().count_replayed_step(); }
+
 int64_t DataParallel::optimizer_state_bytes() const { return optimizer().state_bytes(); }
 
 torch::Device DataParallel::device() const { return optimizer().device(); }

@@ -56,7 +56,9 @@ class Ddp final : public DataParallel {
       if (auto mask = sparse_->start_exchange()) reducer_->record(mask->work, mask->bytes);
   }
   void finish_gradient_sync() override { reducer_->finish_step(); }
-  torch::Tensor clip_and_step(double max_norm, double lr) override { return optimizer_->clip_and_step(max_norm, lr); }
+  torch::Tensor clip_and_step(double max_norm, const LearningRate& lr) override {
+    return optimizer_->clip_and_step(max_norm, lr);
+  }
   void zero_grad() override { zero_gradient_buffers(groups_); }
 
   bool optimizer_state_is_sharded() const override { return false; }

@@ -75,7 +75,7 @@ void Fsdp::begin_backward(bool /*synchronize*/) {
 void Fsdp::finish_gradient_sync() { reducer_->finish_step(); }
 
 // The next forward gathers the updated slices.
-torch::Tensor Fsdp::clip_and_step(double max_norm, double lr) { return optimizer_->clip_and_step(max_norm, lr); }
+torch::Tensor Fsdp::clip_and_step(double max_norm, const LearningRate& lr) { return optimizer_->clip_and_step(max_norm, lr); }
 
 void Fsdp::zero_grad() {
   zero_gradient_buffers(groups_);

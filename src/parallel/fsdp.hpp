@@ -32,7 +32,7 @@ class Fsdp final : public DataParallel {
   void release_full_parameters() override;
   void begin_backward(bool synchronize) override;
   void finish_gradient_sync() override;
-  torch::Tensor clip_and_step(double max_norm, double lr) override;
+  torch::Tensor clip_and_step(double max_norm, const LearningRate& lr) override;
   void zero_grad() override;
   bool optimizer_state_is_sharded() const override { return true; }
   SyncStats sync_stats() const override;

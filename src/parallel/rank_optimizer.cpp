@@ -27,7 +27,7 @@ RankOptimizer::RankOptimizer(const std::vector<OptimizedPiece>& slices, size_t n
   slice_parameter_ = torch::tensor(slice_parameter, torch::kLong).to(device_);
 }
 
-torch::Tensor RankOptimizer::clip_and_step(double max_norm, double lr) {
+torch::Tensor RankOptimizer::clip_and_step(double max_norm, const LearningRate& lr) {
   torch::NoGradGuard no_grad;
   torch::Tensor norm = shard_group_ ? sharded_norm() : clip_grad_norm(parameters_, max_norm);
   if (shard_group_ && max_norm > 0) {  // 0: no clipping, as HF

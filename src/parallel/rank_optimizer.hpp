@@ -37,7 +37,9 @@ class RankOptimizer {
 
   // Clips by the global gradient norm (0: no clipping, as HF) and takes one AdamW step; returns
   // the pre-clip norm, a scalar on the device (not read here).
-  torch::Tensor clip_and_step(double max_norm, double lr);
+  torch::Tensor clip_and_step(double max_norm, const LearningRate& lr);
+  // A step the GPU replayed (CUDA graphs): the host's count of AdamW's steps follows the device's.
+  void count_replayed_step() { adamw_.count_replayed_step(); }
   void zero_grad() { adamw_.zero_grad(); }
   // The gradients it updates from (none on a rank whose slices are all padding).
   std::vector<torch::Tensor> gradients() const;

@@ -16,7 +16,7 @@ class SingleProcess final : public DataParallel {
   void broadcast_parameters() override {}
   void begin_backward(bool /*synchronize*/) override {}
   void finish_gradient_sync() override {}
-  torch::Tensor clip_and_step(double max_norm, double lr) override { return optimizer_.clip_and_step(max_norm, lr); }
+  torch::Tensor clip_and_step(double max_norm, const LearningRate& lr) override { return optimizer_.clip_and_step(max_norm, lr); }
   void zero_grad() override { optimizer_.zero_grad(); }
   bool optimizer_state_is_sharded() const override { return false; }
   SyncStats sync_stats() const override { return {}; }

@@ -57,7 +57,7 @@ class Zero final : public DataParallel {
     reducer_->begin_backward(synchronize, reductions_in_group_order(groups_.size()));
   }
   void finish_gradient_sync() override { reducer_->finish_step(); }
-  torch::Tensor clip_and_step(double max_norm, double lr) override {
+  torch::Tensor clip_and_step(double max_norm, const LearningRate& lr) override {
     torch::Tensor norm = optimizer_->clip_and_step(max_norm, lr);
     shards_->all_gather_parameters(*communicator_);
     return norm;

@@ -54,6 +54,10 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
   std::vector<double> phase_seconds = phases_.values();
   if (ranks_.size > 1) phase_seconds = max_over_ranks(phase_seconds, "the phase times");
   results["phase_seconds"] = PhaseTimes::to_json(phase_seconds);
+  if (step_graphs_) {
+    const StepGraphStats& graphs = step_graphs_->stats();
+    results["step_graphs"] = {{"eager_steps", graphs.eager_steps}, {"captures", graphs.captures}, {"replays", graphs.replays}};
+  }
   results["parallel"] = parallel_summary();
   const std::string communication = communicator_ ? communicator_->backend() : "none";
   results["environment"] = run_environment(ranks_.size, communication, device_);

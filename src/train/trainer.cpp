@@ -42,7 +42,7 @@ nlohmann::ordered_json Trainer::run() {
   bool stopped_early = false;
   while (state_.global_step < total_steps_ && !stopped_early) {
     BatchLoader batches(*store_, sampler_->indices(state_.epoch), options_.batch_size, state_.micro_batches_done,
-                        options_.padding, device_);
+                        options_.padding, device_, token_buckets_);
     while (steps_left_in_epoch() && state_.global_step < total_steps_ && !stopped_early) {
       inject_faults(ranks_, state_.global_step, FaultPoint::kStepStart);
       profiler.before_step(steps_this_run_);
@@ -78,6 +78,7 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
   StepRecord step;
   // The schedule moves with the updates taken: not over steps skipped for a non-finite gradient (HF's Trainer).
   step.learning_rate = schedule_->lr(state_.global_step - state_.skipped_steps);
+  if (step_graphs_) return graphed_step(batches, std::move(step));
   const int64_t accumulation = options_.gradient_accumulation;
   for (int64_t micro = 0; micro < accumulation; ++micro, ++state_.micro_batches_done) {
     const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
@@ -104,6 +105,36 @@ StepRecord Trainer::train_step(BatchLoader& batches) {
     return norm;
   });
   return step;
+}
+
+// One optimizer step of one micro-batch that the GPU runs by itself (step_graphs.hpp): eager for
+// a bucket's first steps and a batch without a bucket, then captured once per bucket and replayed.
+// The host sees no phases inside it: its time is graphed_step's.
+StepRecord Trainer::graphed_step(BatchLoader& batches, StepRecord step) {
+  const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
+  ++state_.micro_batches_done;
+  const StepBody body{[&](const Batch& in, const torch::Tensor& lr) { return capturable_step(in, lr); },
+                      [&] { parallel_->count_replayed_step(); }};
+  const StepResult result =
+      timed(phases_.graphed_step, "mpibert::graphed_step", [&] { return step_graphs_->run(batch, step.learning_rate, body); });
+  inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
+  step.losses.push_back(result.loss);
+  step.grad_norm = result.grad_norm;
+  step.samples += static_cast<double>(batch.feature_indices.size());
+  step.tokens += static_cast<double>(batch.input_ids.numel());
+  step.model_flops += training_flops_.of(batch.real_tokens, batch.real_token_pairs);
+  return step;
+}
+
+// The step as the GPU replays it: device work only, the learning rate a device tensor.
+StepResult Trainer::capturable_step(const Batch& batch, const torch::Tensor& lr) {
+  const torch::Tensor loss = forward_batch(model(), batch).loss;
+  parallel_->begin_backward(/*synchronize=*/true);
+  loss.backward();
+  parallel_->finish_gradient_sync();
+  torch::Tensor norm = parallel_->clip_and_step(options_.max_grad_norm, lr);
+  parallel_->zero_grad();
+  return {loss.detach(), norm};
 }
 
 // fp16 (torch.amp.GradScaler, as HF's Trainer uses it): the gradients are unscaled before

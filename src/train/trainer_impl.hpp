@@ -22,6 +22,7 @@
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/train/evaluate.hpp"
 #include "mpibert/train/run_log.hpp"
+#include "mpibert/train/step_graphs.hpp"
 #include "mpibert/train/stop_signals.hpp"
 #include "mpibert/train/train_options.hpp"
 #include "mpibert/train/training_checkpoint.hpp"
@@ -31,10 +32,12 @@ namespace mpibert {
 // Per-phase wall time on the host, for results.json. On a GPU the phases only queue work (the
 // device catches up at logging steps), so there they tell where the host spends its time.
 struct PhaseTimes {
-  double data = 0, forward = 0, backward = 0, gradient_sync = 0, optimizer = 0, eval = 0;
-  std::vector<double> values() const { return {data, forward, backward, gradient_sync, optimizer, eval}; }
+  // graphed_step: the host's time in steps the GPU replayed (--cuda-graphs), whose phases it does not see.
+  double data = 0, forward = 0, backward = 0, gradient_sync = 0, optimizer = 0, eval = 0, graphed_step = 0;
+  std::vector<double> values() const { return {data, forward, backward, gradient_sync, optimizer, eval, graphed_step}; }
   static nlohmann::ordered_json to_json(const std::vector<double>& v) {
-    return {{"data", v[0]}, {"forward", v[1]}, {"backward", v[2]}, {"gradient_sync", v[3]}, {"optimizer", v[4]}, {"eval", v[5]}};
+    return {{"data", v[0]},      {"forward", v[1]}, {"backward", v[2]},    {"gradient_sync", v[3]},
+            {"optimizer", v[4]}, {"eval", v[5]},    {"graphed_step", v[6]}};
   }
 };
 
@@ -58,6 +61,9 @@ class Trainer {
   // Epochs done after optimizer step `step` (fractional).
   double epochs_at(int64_t step) const { return static_cast<double>(step) / static_cast<double>(steps_per_epoch_); }
   StepRecord train_step(BatchLoader& batches);
+  void set_up_step_graphs();
+  StepRecord graphed_step(BatchLoader& batches, StepRecord step);
+  StepResult capturable_step(const Batch& batch, const torch::Tensor& lr);
   bool skip_for_non_finite_gradients(StepRecord& step);
   bool finish_step(StepRecord step, const StopSignals& signals);
   void flush_logs(bool print_progress);
@@ -91,6 +97,8 @@ class Trainer {
   std::shared_ptr<Communicator> communicator_;
   std::unique_ptr<DataParallel> parallel_;
   std::unique_ptr<RunLog> log_;
+  std::optional<TokenBuckets> token_buckets_;  // --cuda-graphs: the packed batches' fixed shapes
+  std::unique_ptr<StepGraphs> step_graphs_;
   std::optional<EvalResult> last_eval_;
   int64_t last_eval_step_ = -1;
   PhaseTimes phases_;

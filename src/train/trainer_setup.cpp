@@ -116,6 +116,7 @@ void Trainer::set_up_model_and_data() {
                                 "is not the vocabulary " + options_.train_dir + " was prepared with (" +
                                     store_->manifest().vocab_path + "): token ids would mean other words"));
     if (!resume_from_.empty()) state_ = load_training_checkpoint_model(resume_from_, checkpoint_context(), model());
+    set_up_step_graphs();
   });
   model()->to(device_);
   model()->train();
@@ -179,6 +180,23 @@ void Trainer::set_up_parallel() {
       device_.str(), store_->num_features(), total_steps_, steps_per_epoch_,
       options_.batch_size * options_.gradient_accumulation * ranks_.size, options_.batch_size, options_.gradient_accumulation,
       ranks_.size, warmup_, count_parameters(*model()));
+}
+
+// --cuda-graphs: refused, before the run directory is written, where the step cannot be captured.
+void Trainer::set_up_step_graphs() {
+  if (!options_.cuda_graphs) return;
+  StepCaptureConditions run;
+  run.cuda = device_.is_cuda();
+  run.packed = options_.padding == Padding::kPacked;
+  run.ranks = ranks_.size;
+  run.fp16 = options_.model.autocast_fp16;
+  run.accumulation = options_.gradient_accumulation;
+  run.fused_adamw = options_.optim == Optim::kAdamWTorchFused;
+  run.deterministic = options_.deterministic;
+  const std::string reason = steps_cannot_be_captured(run);
+  if (!reason.empty()) throw InputError(describe("--cuda-graphs", "", reason));
+  token_buckets_ = TokenBuckets{options_.batch_size, store_->manifest().params.max_seq_length};
+  step_graphs_ = std::make_unique<StepGraphs>(device_);
 }
 
 CheckpointContext Trainer::checkpoint_context() const {

@@ -45,8 +45,11 @@ struct Batch {
   torch::Tensor input_ids, token_type_ids, attention_mask, position_ids;
   torch::Tensor start_positions, end_positions;  // [batch] int64
   std::vector<int64_t> feature_indices;          // global indices, in batch order
-  // Packed only: feature f holds tokens [feature_offsets[f], feature_offsets[f + 1]).
+  // Packed only: feature f holds tokens [feature_offsets[f], feature_offsets[f + 1]); the same as
+  // the tensor the variable-length attention kernels take ([features + 1] int32), which travels
+  // with the batch so that a step reads no host value.
   std::vector<int64_t> feature_offsets;
+  torch::Tensor cumulative_lengths;
   int64_t padded_length = 0;     // packed: the longest feature (the width of the logits returned)
   int64_t real_tokens = 0;       // sum of real lengths: the work that is not padding
   int64_t real_token_pairs = 0;  // sum of squared real lengths: attention's work without padding

@@ -27,6 +27,16 @@ struct AdamWOptions {
 enum class Optim { kAdamWTorch, kAdamWTorchFused };
 const char* optim_name(Optim optim);  // HF's names: "adamw_torch", "adamw_torch_fused"
 
+// A step's learning rate: the schedule's value on the host, or (a step the GPU replays, whose
+// host values are baked in at capture) a 0-dim float64 tensor on the parameters' device that the
+// host fills before each replay: AdamW's device-side step(tensor).
+struct LearningRate {
+  LearningRate(double value) : value(value) {}                                // NOLINT: a host value converts
+  LearningRate(torch::Tensor on_device) : on_device(std::move(on_device)) {}  // NOLINT: so does a tensor
+  double value = 0;
+  torch::Tensor on_device;
+};
+
 class AdamW {
  public:
   // Takes Module::named_parameters(): names decide the weight-decay group.
@@ -42,6 +52,7 @@ class AdamW {
   // count_replayed_step() for each replay, the update itself not running on the host then.
   void step(const torch::Tensor& lr);
   void count_replayed_step() { ++steps_taken_; }
+  void step(const LearningRate& lr) { lr.on_device.defined() ? step(lr.on_device) : step(lr.value); }
   void zero_grad();
   int64_t steps_taken() const { return steps_taken_; }
 

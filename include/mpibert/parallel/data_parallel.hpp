@@ -123,7 +123,10 @@ class DataParallel {
   // Clips by the global gradient norm (torch's clip_grad_norm_) and takes one AdamW step; zero1
   // and zero2 then all-gather the parameters. Returns the pre-clip norm, a scalar on the
   // parameters' device (reading it is left to the caller, who may not want to wait for the device).
-  virtual torch::Tensor clip_and_step(double max_norm, double lr) = 0;
+  // `lr` on the device for a step the GPU replays (train/step_graphs.hpp); count_replayed_step()
+  // then tells the host's step count of each replay.
+  virtual torch::Tensor clip_and_step(double max_norm, const LearningRate& lr) = 0;
+  void count_replayed_step();
   virtual void zero_grad() = 0;
 
   // fp16 loss scaling, after finish_gradient_sync (GradScaler.unscale_): multiplies the gradients

@@ -92,6 +92,7 @@ struct TrainOptions {
   MpiAlgorithm mpi_collectives = MpiAlgorithm::kRing;  // the MPI backend's algorithm (communicator.hpp)
   bool tf32 = false;                                   // TF32 matrix products for float32 on GPUs
   bool deterministic = false;                          // bit-exact reruns on GPUs (device.hpp)
+  bool cuda_graphs = false;                            // the step captured per token bucket (step_graphs.hpp)
 };
 
 // Which records hold a field besides the command line and train_config.toml (bits).
@@ -176,6 +177,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"gradient_checkpointing", "--gradient-checkpointing,--gradient_checkpointing", kBoth}, o.model.gradient_checkpointing);
   visit(F{"tf32", "--tf32", kBoth}, o.tf32);
   visit(F{"deterministic", "--deterministic", kBoth}, o.deterministic);
+  visit(F{"cuda_graphs", "--cuda-graphs", kBoth}, o.cuda_graphs);
   // Each rank traces its own steps into its own file; the trace waits for its own device only.
   visit(F{"profile", "--profile", kLocal}, o.profile);
   visit(F{"profile_wait", "--profile-wait", kLocal}, o.profile_schedule.wait);

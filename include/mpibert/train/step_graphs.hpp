@@ -1,0 +1,82 @@
+// The training step the GPU runs by itself (CUDA graphs), as NVIDIA's MLPerf BERT and
+// torch.compile(mode="reduce-overhead") remove the host's launching: one graph per token bucket
+// (data/batching.hpp's TokenBuckets, whose batches have a few fixed shapes), sharing one memory
+// pool. A bucket's first steps run eagerly (warm-up: cuBLAS, the caching allocator, the kernels'
+// lazy loading); then its step is captured on a side stream once, from static input buffers, and
+// replayed for every later batch of the bucket, the batch and the learning rate copied into those
+// buffers before each replay and the loss and gradient norm cloned out of the graph's after it.
+// A batch without a bucket (an epoch's short last one) runs eagerly.
+//
+// What the step's body may do: only device work queued on the current stream, nothing that reads
+// from or waits for the device, no host value that changes between steps (the learning rate comes
+// in as a device tensor, AdamW counts its steps on the device: AdamW::step(tensor)). Host timers,
+// profiler ranges and fault injection stay outside it. What cannot be captured yet runs eagerly,
+// with the reason logged once (steps_cannot_be_captured).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "mpibert/data/batching.hpp"
+
+namespace mpibert {
+
+// What a step leaves on the device: its loss and the pre-clip gradient norm.
+struct StepResult {
+  torch::Tensor loss, grad_norm;
+};
+
+struct StepBody {
+  // Forward, backward, gradient sync, clipping and AdamW on `batch` (on the device) with learning
+  // rate `lr` (a 0-dim float64 tensor on the device).
+  std::function<StepResult(const Batch& batch, const torch::Tensor& lr)> run;
+  // Told of each replay after the one that follows its capture: the host's counts (AdamW's steps)
+  // follow the device's, the body not running on the host then.
+  std::function<void()> replayed;
+};
+
+struct StepGraphStats {
+  int64_t eager_steps = 0, captures = 0, replays = 0;
+};
+
+// Why this run's steps cannot be captured, "" when they can. Each reason names what it would take.
+struct StepCaptureConditions {
+  bool cuda = false;               // CUDA graphs need a GPU
+  bool packed = false;             // --padding packed: the token buckets' fixed shapes
+  int ranks = 1;                   // the collectives are not captured yet
+  bool fp16 = false;               // its skip decision reads the device each step
+  int64_t accumulation = 1;        // one micro-batch per step is one graph
+  bool fused_adamw = true;         // the device-side step is the fused kernel's
+  bool deterministic = false;      // --deterministic takes kernels the graphs are not tested with
+};
+std::string steps_cannot_be_captured(const StepCaptureConditions& run);
+
+class StepGraphs {
+ public:
+  // `warm_up_steps`: eager steps of a bucket's shape before its capture.
+  explicit StepGraphs(const torch::Device& device, int warm_up_steps = 2);
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  // The step on `batch` (its tensors on the device): eager, captured then replayed, or replayed.
+  // The result's tensors are the step's own (not the graph's buffers).
+  StepResult run(const Batch& batch, double lr, const StepBody& body);
+  const StepGraphStats& stats() const { return stats_; }
+
+ private:
+  struct Graph;
+  StepResult eager(const Batch& batch, double lr, const StepBody& body);
+
+  torch::Device device_;
+  int warm_up_steps_;
+  std::map<int64_t, std::unique_ptr<Graph>> graphs_;  // by bucket
+  std::map<int64_t, int> seen_;                       // eager steps so far, by bucket
+  StepGraphStats stats_;
+};
+
+}  // namespace mpibert
