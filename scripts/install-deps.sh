@@ -17,9 +17,12 @@
 #    machine without a GPU its CUDA LibTorch runs on the CPU. MPIBERT_VENV names another
 #    environment; a cluster's own LibTorch is given to CMake instead (-DTorch_DIR or
 #    -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
+#  - the analysis tools (tools/: tools/compare, tools/scaling-model) as the package mpibert-tools,
+#    with matplotlib and PyYAML from PyPI at the versions of tools/constraints.txt.
 # On a fresh machine PyPI's download (about 4.5 GB) runs while apt installs the Debian packages.
-#   scripts/install-deps.sh [--no-root] [--with-reports] [--with-sanitizers]
-# (--with-reports: also python3-matplotlib and python3-yaml for /usr/bin/python3, with apt.)
+#   scripts/install-deps.sh [--no-root] [--with-sanitizers]
+# (--with-reports, which installed Debian's python3-matplotlib, is still accepted: the tools and
+# their plotting now always come from PyPI into .venv.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,9 +39,9 @@ no_root=0
 for option in "$@"; do
   case "$option" in
     --no-root) no_root=1 ;;
-    --with-reports) packages+=(python3-matplotlib python3-yaml) ;;
+    --with-reports) ;;
     --with-sanitizers) packages+=(clang libclang-rt-dev clang-format) ;;
-    *) echo "usage: scripts/install-deps.sh [--no-root] [--with-reports] [--with-sanitizers]" >&2; exit 2 ;;
+    *) echo "usage: scripts/install-deps.sh [--no-root] [--with-sanitizers]" >&2; exit 2 ;;
   esac
 done
 
@@ -172,6 +175,21 @@ if [ -n "$torch_pid" ]; then
   "$venv/bin/python3" -c 'import torch; print("install-deps: torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null
 fi
 
+# The analysis tools, editable: the launchers in tools/ and the console scripts run this
+# checkout's code with the plotting libraries pinned in tools/constraints.txt.
+if ! "$venv/bin/python3" - tools/constraints.txt <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+m.version("mpibert-tools")
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, version = line.split("==")
+        assert m.version(name) == version, name
+PY
+then
+  echo "install-deps: installing the analysis tools (tools/, mpibert-tools) and their plotting libraries into $venv"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -c tools/constraints.txt -e ./tools
+fi
 [ "${MPIBERT_SKIP_TORCH:-0}" = 1 ] && exit 0
 
 # Headers that LibTorch's CUDA headers need through the CUDA runtime's (cuda_runtime.h includes
