@@ -17,9 +17,13 @@
 # the network is reachable (each archive checked against its SHA-256); with neither the archives
 # there nor the network, the test is skipped (exit 77) saying so.
 # Registered in ctest as build.without_root; needs root for the namespaces (exit 77 without it).
-# It compiles mpibert and mpibert-prep from scratch (nothing of the main build can be reused: every
-# object includes spdlog's or nlohmann-json's headers, from another place): about 4 minutes on 2
-# idle cores (docs/testing.md).
+# The build reuses what the main build compiled where the compiler's input is the same: the ccache
+# of the user running the test (root's, which scripts/build.sh filled) is offered to nobody read
+# only, mounted in the namespace, and scripts/build.sh hashes paths relative to the checkout, so
+# the copy's paths hash as the checkout's. Only a compilation that includes none of the five
+# libraries can hit (protobuf's generated code): every layer's object includes spdlog, whose Debian
+# headers are patched (tweakme.h, fmt/fmt.h) and used with other defines (SPDLOG_SHARED_LIB,
+# FMT_SHARED). The test prints how many compilations hit.
 #   tests/test_build_without_root.sh   (KEEP_TMP=1 keeps the temporary directory)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +33,12 @@ python=${MPIBERT_PYTHON:-$root/.venv/bin/python3}
 [ -x "$python" ] || fail "$python missing (bash scripts/install-deps.sh)"
 venv=$(cd "$(dirname "$python")/.." && pwd)
 archives=${MPIBERT_DEPENDENCY_ARCHIVES:-$root/build/dependency-archives}
+# The main build's compiler cache, offered to nobody read only (none where ccache is not installed).
+ccache_dir=""
+if command -v ccache > /dev/null; then
+  ccache_dir=$(ccache -k cache_dir 2> /dev/null || true)
+  [ -d "$ccache_dir" ] || ccache_dir=""
+fi
 start=$(date +%s)
 
 # The archives, from the network when they are not in the folder yet.
@@ -58,8 +68,8 @@ reach=("$(cd "$venv" && pwd -P)" "$(realpath "$("$python" -c 'import sys; print(
 
 cat > "$work/inside.sh" <<'INSIDE'
 set -euo pipefail
-root=$1 work=$2 archives=$3
-shift 3
+root=$1 work=$2 archives=$3 ccache_dir=$4
+shift 4
 mkdir "$work/overlay" "$work/stage"
 mount -t tmpfs -o size=16m tmpfs "$work/overlay"
 for dir in /usr/include /usr/lib/x86_64-linux-gnu /usr/share /usr/bin; do
@@ -86,6 +96,20 @@ for tool in dpkg dpkg-query apt-get sudo; do
   ! command -v "$tool" > /dev/null || { echo "$tool is still on PATH: $(command -v "$tool")"; exit 1; }
 done
 echo "hidden: $(wc -l < "$work/hide.list") paths of Debian's spdlog, fmt, CLI11, nlohmann-json and utf8proc; dpkg, apt, sudo"
+# The main build's ccache, read only (mounted before a tmpfs below may cover the folder it is in):
+# nobody's compilations look their results up there (their own are not kept), and the log says
+# which hit.
+cache=()
+if [ -n "$ccache_dir" ]; then
+  mkdir "$work/ccache"
+  mount --bind "$ccache_dir" "$work/ccache"
+  mount -o remount,bind,ro "$work/ccache"
+  setpriv --reuid=nobody --regid=nogroup --clear-groups test -r "$work/ccache" ||
+    { echo "nobody cannot read the ccache $ccache_dir"; exit 1; }
+  cache=(CCACHE_DIR="$work/ccache" CCACHE_READONLY=1 CCACHE_NOSTATS=1 CCACHE_TEMPDIR="$work/tmp/ccache"
+         CCACHE_LOGFILE="$work/tmp/ccache.log")
+  echo "ccache: $ccache_dir, read only as $work/ccache"
+fi
 # Folders closed to others above what nobody must reach: opened with those alone inside.
 blocked=()
 for path in "$@"; do
@@ -116,7 +140,7 @@ echo "network: loopback only; the release archives come from $archives"
 as_nobody() {
   setpriv --reuid=nobody --regid=nogroup --clear-groups \
     env -i HOME="$work/home" TMPDIR="$work/tmp" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
-    MPIBERT_DEPENDENCY_ARCHIVES="$archives" "$@"
+    MPIBERT_DEPENDENCY_ARCHIVES="$archives" "${cache[@]}" "$@"
 }
 cd "$work/src"
 as_nobody bash -c 'bash scripts/install-deps.sh' > "$work/install-deps.log" 2>&1 ||
@@ -130,7 +154,7 @@ as_nobody build/bin/mpibert-prep --help > /dev/null 2>&1 || { echo "mpibert-prep
 echo "as nobody, the system copies hidden: $(cat "$work/version.txt"); mpibert-prep --help runs"
 ldd build/bin/mpibert build/bin/mpibert-prep > "$work/ldd.txt"
 INSIDE
-unshare --mount --net --propagation private bash "$work/inside.sh" "$root" "$work" "$archives" "${reach[@]}" ||
+unshare --mount --net --propagation private bash "$work/inside.sh" "$root" "$work" "$archives" "$ccache_dir" "${reach[@]}" ||
   fail "the build without root failed (above)"
 
 # Outside again: how install-deps went, and what the build was made of.
@@ -145,11 +169,19 @@ grep -q "^install-deps: what the build needs is here" "$log" || fail "install-de
 if grep -E -q "lib(spdlog|fmt|utf8proc)\.so" "$work/ldd.txt"; then
   fail "a program loads a shared spdlog, fmt or utf8proc: $(grep -E "lib(spdlog|fmt|utf8proc)" "$work/ldd.txt" | head -1)"
 fi
-generator_deps=$(cd "$src/build" && if [ -f build.ninja ]; then ninja -t deps; fi)
+# The headers each object was compiled from (ninja's log of the compiler's dependency files; ninja
+# names those below the build folder relative to it).
+# system-fmt/ is the link that puts fmt ahead of LibTorch's copy (cmake/mpibertDependencies.cmake):
+# it must lead to the pinned fmt.
+(cd "$src/build" && ninja -t deps) > "$work/deps.txt"
+case $(realpath "$src/build/system-fmt/fmt") in "$src/build/_deps/"*) ;; *) fail "build/system-fmt/fmt leads to $(realpath "$src/build/system-fmt/fmt")" ;; esac
 for header in spdlog/spdlog.h fmt/format.h CLI/CLI.hpp nlohmann/json.hpp utf8proc.h; do
-  # ninja names the headers below the build folder relative to it.
-  elsewhere=$(echo "$generator_deps" | grep "/$header\$" | grep -v -E "^ *($src/build/)?_deps/" || true)
+  elsewhere=$(grep "/$header\$" "$work/deps.txt" | grep -v -E "^ *($src/build/)?(_deps|system-fmt)/" || true)
   [ -z "$elsewhere" ] || fail "an object was compiled from a $header outside the pinned releases: $(echo "$elsewhere" | head -1)"
-  [ -z "$generator_deps" ] || echo "$generator_deps" | grep -q "_deps/.*/$header\$" || fail "no object includes the pinned $header"
+  grep -q -E "^ *($src/build/)?_deps/.*/$header\$" "$work/deps.txt" || fail "no object includes the pinned $header"
 done
-echo "build.without_root: $(( $(date +%s) - start )) s (the build: $(grep -c 'Building' "$src/build.log") compiler runs)"
+hits="no ccache"
+if [ -f "$work/tmp/ccache.log" ]; then
+  hits="$(grep -c -E 'Result: (direct|preprocessed)_cache_hit' "$work/tmp/ccache.log" || true) of them hits in the main build's ccache"
+fi
+echo "build.without_root: $(( $(date +%s) - start )) s (the build: $(grep -c 'Building' "$src/build.log") compilations, $hits)"
