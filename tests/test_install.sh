@@ -15,6 +15,8 @@
 #      - Debian's Lmod (installed when missing) loads P's modulefile (`module use P/share/modulefiles;
 #        module load mpibert`): mpibert is then the moved P's, and the main job (scripts/main_job.sh's
 #        preparation and training on 2 ranks) runs through the module's mpibert-prep and mpibert;
+#      - a dependency missing, find_package(mpibert QUIET) lets the configure go on with
+#        mpibert_FOUND false and REQUIRED stops it naming the dependency;
 #   3. the main job's EM and F1 are those of the README (the workstation's run with the same
 #      settings); where this machine's differ, those of build/bin/mpibert on the same shards.
 # The namespace needs root (or unprivileged user namespaces), and Lmod's installation root: exit 77
@@ -27,7 +29,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIPPED: $*"; exit 77; }
 python=$(sed -n 's/^MPIBERT_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt")
 venvs=("$root/.venv")
-[ -z "$python" ] || venvs+=("$(dirname "$(dirname "$python")")")
+if [ -n "$python" ] && [ "$(dirname "$(dirname "$python")")" != "$root/.venv" ]; then venvs+=("$(dirname "$(dirname "$python")")"); fi
 # The namespace that hides them: root's own, or a user namespace mapping this user to root.
 if [ "$(id -u)" -eq 0 ]; then
   namespace=(unshare --mount --propagation private)
@@ -93,6 +95,8 @@ cat > "$work/inside.sh" <<'INSIDE'
 set -euo pipefail
 root=$1 work=$2 moved=$3 lmod_init=$4
 shift 4
+step=$(date +%s)
+took() { local now; now=$(date +%s); echo "  ($(( now - step )) s)"; step=$now; }
 for venv in "$@"; do
   real=$(cd "$venv" 2> /dev/null && pwd -P) || continue
   mount -t tmpfs -o size=1m,mode=755 tmpfs "$real"
@@ -108,12 +112,15 @@ done
 echo "moved programs run: $("$moved/bin/mpibert" --version)"
 python3 "$root/scripts/check_runpath.py" "$moved/bin/mpibert" --wheel-dir "$moved/lib/mpibert/wheel" > "$work/runpath.txt" 2>&1 ||
   { cat "$work/runpath.txt"; echo "check_runpath.py on the moved mpibert"; exit 1; }
+took
 
-# A project of its own, through find_package.
+# A project of its own, through find_package. Built without optimization (no build type): what it
+# checks is that the package's targets compile, link and run from the moved prefix, and optimizing
+# LibTorch's headers would only lengthen the test.
 compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$work/CMakeCache.txt")
 generator=()
 command -v ninja > /dev/null && generator=(-G Ninja)
-cmake -S "$root/tests/consumer" -B "$work/consumer" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$root/tests/consumer" -B "$work/consumer" "${generator[@]}" -DCMAKE_BUILD_TYPE= \
   -DCMAKE_CXX_COMPILER="$compiler" -DCMAKE_PREFIX_PATH="$moved" > "$work/consumer-configure.log" 2>&1 ||
   { cat "$work/consumer-configure.log"; echo "configuring tests/consumer against $moved"; exit 1; }
 grep -q "^mpibert_DIR:PATH=$moved/lib/cmake/mpibert$" "$work/consumer/CMakeCache.txt" ||
@@ -132,6 +139,7 @@ parameters: 4369666"
 [ "$(cat "$work/consumer.txt")" = "$expected" ] ||
   { echo "tests/consumer printed"; cat "$work/consumer.txt"; echo "expected"; echo "$expected"; exit 1; }
 echo "tests/consumer, built with find_package(mpibert) against $moved, printed: $(tr '\n' ';' < "$work/consumer.txt")"
+took
 
 # The modulefile, through Debian's Lmod, and the main job through it.
 set +u
@@ -144,14 +152,36 @@ set -u
 whatis=$(module whatis mpibert 2>&1)
 [[ "$whatis" == *"MPI: "*libmpi* && "$whatis" == *"HDF5: "* ]] || { echo "$whatis"; echo "whatis names no MPI or HDF5"; exit 1; }
 echo "module load mpibert: mpibert is $(command -v mpibert), MPIBERT_ROOT=$MPIBERT_ROOT"
+took
 cd "$root"
 source scripts/env.sh
 MPIBERT_BIN_DIR=$(dirname "$(command -v mpibert-prep)") bash scripts/sample_shards.sh "$work/main" > "$work/prep.log" 2>&1 ||
   { cat "$work/prep.log"; echo "preparing the main job's shards with the module's mpibert-prep"; exit 1; }
+echo "main job's shards prepared with the module's mpibert-prep"
+took
 mpirun -n 2 --bind-to none mpibert train --config configs/main_job.toml --train-shards "$work/main/shards/train" \
   --eval-shards "$work/main/shards/eval" --output-dir "$work/main/train" > "$work/train.log" 2>&1 ||
   { tail -30 "$work/train.log"; echo "the main job's training with the module's mpibert"; exit 1; }
 grep -E "eval_exact_match|eval_f1" "$work/train.log"
+took
+
+# A dependency missing (the copy of libtorch_cpu.so moved away): find_package(mpibert QUIET) leaves
+# the configure going with mpibert_FOUND false, REQUIRED stops it with the reason.
+mkdir "$work/quiet"
+printf 'cmake_minimum_required(VERSION 3.18)\nproject(q CXX)\nfind_package(mpibert CONFIG ${HOW})\nmessage("mpibert_FOUND=${mpibert_FOUND}")\n' \
+  > "$work/quiet/CMakeLists.txt"
+library=$moved/lib/mpibert/wheel/torch/lib/libtorch_cpu.so
+mv "$library" "$library.away"
+cmake -S "$work/quiet" -B "$work/quiet/quiet" -DHOW=QUIET -DCMAKE_PREFIX_PATH="$moved" > "$work/quiet.log" 2>&1 ||
+  { cat "$work/quiet.log"; echo "find_package(mpibert QUIET) stopped the configure"; exit 1; }
+grep -q "^mpibert_FOUND=0$" "$work/quiet.log" || { cat "$work/quiet.log"; echo "find_package(mpibert QUIET) found mpibert without libtorch_cpu.so"; exit 1; }
+! grep -q "libtorch_cpu" "$work/quiet.log" || { cat "$work/quiet.log"; echo "find_package(mpibert QUIET) printed"; exit 1; }
+if cmake -S "$work/quiet" -B "$work/quiet/required" -DHOW=REQUIRED -DCMAKE_PREFIX_PATH="$moved" > "$work/required.log" 2>&1 ||
+   ! grep -q "copy of torch/lib/libtorch_cpu.so is missing" "$work/required.log"; then
+  cat "$work/required.log"; echo "find_package(mpibert REQUIRED) did not stop naming libtorch_cpu.so"; exit 1
+fi
+mv "$library.away" "$library"
+echo "without libtorch_cpu.so: find_package(mpibert QUIET) says not found, quietly; REQUIRED stops naming it"
 INSIDE
 cp "$build/CMakeCache.txt" "$work/CMakeCache.txt"
 step=$(date +%s)
