@@ -26,8 +26,13 @@ if command -v ccache >/dev/null; then
   # same sources (with its own .venv) reuses this one's objects.
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_COMMAND:-cmake};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;CCACHE_BASEDIR=$(pwd);ccache")
 fi
+# Ninja where it is installed (a cluster may lack it), make otherwise; a configured tree keeps its own.
+generator=()
+if [ ! -f "$dir/CMakeCache.txt" ]; then
+  if command -v ninja > /dev/null; then generator=(-G Ninja); else generator=(-G "Unix Makefiles"); fi
+fi
 log=$dir.log
-cmake -S . -B "$dir" -G Ninja "${config[@]}" "${launcher[@]}" > "$log" 2>&1 || { cat "$log"; exit 1; }
+cmake -S . -B "$dir" "${generator[@]}" "${config[@]}" "${launcher[@]}" > "$log" 2>&1 || { cat "$log"; exit 1; }
 targets=()
 [ $# -eq 0 ] || targets=(--target "$@")
 cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >> "$log" 2>&1 || { tail -50 "$log"; exit 1; }

@@ -8,9 +8,12 @@
 # scripts/install-deps.sh adds.
 #
 # Defines the imported targets mpibert::torch_libraries (headers, libraries) and, for a CUDA wheel,
-# mpibert::cudart (the installed package's config calls it too, for the projects that link mpibert); sets
-# MPIBERT_TORCH_CUDA, TORCH_INSTALL_PREFIX (the torch package folder) and, for a CUDA wheel,
-# CMAKE_BUILD_RPATH (the wheel's library folders, first) in the caller's scope.
+# mpibert::cudart; sets in the caller's scope MPIBERT_TORCH_CUDA, TORCH_INSTALL_PREFIX (the torch
+# package folder), MPIBERT_WHEEL_SITE (the site-packages folder holding it),
+# MPIBERT_TORCH_LIBRARY_NAMES (torch, torch_cpu, c10, ...) and MPIBERT_WHEEL_LIBRARY_DIRS (the
+# wheels' library folders, which CMakeLists.txt puts first on the programs' RUNPATH). An installed
+# mpibert does not use it: `cmake --install` copies what the programs load into its prefix, and the
+# package's config imports LibTorch from there.
 #
 # Compile definitions: the wheel's config also defines USE_DISTRIBUTED, USE_C10D_* and USE_RPC for
 # its consumers; they gate only the c10d/RPC headers, which mpibert does not include.
@@ -82,13 +85,16 @@ function(mpibert_import_libtorch_wheel python)
     # LibTorch's CUDA headers (c10/cuda, ATen/cuda) include the runtime's.
     target_include_directories(mpibert::torch_libraries SYSTEM INTERFACE "${MPIBERT_CUDART_INCLUDE_DIR}")
     set(MPIBERT_TORCH_CUDA ON PARENT_SCOPE)
-    # The wheel's library folders first on every program's RUNPATH, ahead of those of MPI or HDF5:
-    # a folder beside a CUDA toolkit must not supply another CUDA runtime (check_runpath.py checks).
     get_filename_component(cudart_dir "${MPIBERT_CUDART_LIBRARY}" DIRECTORY)
-    set(CMAKE_BUILD_RPATH "${torch_root}/lib;${cudart_dir};${site_packages}/nvidia/nccl/lib" PARENT_SCOPE)
+    set(MPIBERT_WHEEL_LIBRARY_DIRS "${torch_root}/lib;${cudart_dir};${site_packages}/nvidia/nccl/lib" PARENT_SCOPE)
     message(STATUS "mpibert: LibTorch ${torch_version} from the wheel in ${torch_root}, CUDA ${cuda_version} runtime from ${MPIBERT_CUDART_LIBRARY} (no CUDA toolkit needed)")
   else()
+    set(MPIBERT_WHEEL_LIBRARY_DIRS "${torch_root}/lib" PARENT_SCOPE)
     message(STATUS "mpibert: LibTorch ${torch_version} from the wheel in ${torch_root}, without CUDA")
   endif()
   set(TORCH_INSTALL_PREFIX "${torch_root}" PARENT_SCOPE)
+  set(MPIBERT_TORCH_VERSION "${torch_version}" PARENT_SCOPE)
+  get_filename_component(site_packages "${torch_root}" DIRECTORY)
+  set(MPIBERT_WHEEL_SITE "${site_packages}" PARENT_SCOPE)
+  set(MPIBERT_TORCH_LIBRARY_NAMES "${libraries}" PARENT_SCOPE)
 endfunction()

@@ -4,7 +4,7 @@
 # (scripts/fuzz.sh; the sanitizer runs of the suites are scripts/sanitize.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh --with-reports --with-sanitizers
+bash scripts/install-deps.sh --with-sanitizers
 bash scripts/build.sh
 source scripts/env.sh
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900)

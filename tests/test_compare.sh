@@ -10,6 +10,7 @@
 #   MPIBERT_BIN_DIR   where mpibert and mpibert-prep are (default: build/bin)
 #   MPIBERT_FIXTURES  fixtures (default: tests/fixtures)
 #   MPIEXEC           mpiexec to use (default: mpiexec on PATH)
+#   MPIBERT_TOOLS_PYTHON  the Python of the tools (default: the checkout's .venv)
 #   KEEP_TMP=1        keep the temporary directory
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,7 +21,9 @@ export OMP_NUM_THREADS=1
 bin=${MPIBERT_BIN_DIR:-$root/build/bin}
 fixtures=${MPIBERT_FIXTURES:-$root/tests/fixtures}
 mpiexec=${MPIEXEC:-mpiexec}
-py=/usr/bin/python3
+# The tools' Python (tools/launch.sh takes the same), which has matplotlib.
+py=${MPIBERT_TOOLS_PYTHON:-$root/.venv/bin/python3}
+export MPIBERT_TOOLS_PYTHON=$py
 model_config=$fixtures/model/config.json
 [ -f "$model_config" ] || model_config=$root/configs/small-bert.json
 vocab=$root/data_prep/data/bert-base-uncased/vocab.txt
@@ -29,7 +32,7 @@ squad=$root/data_prep/data/squad/dev-v1.1.json.gz
 for f in "$bin/mpibert" "$bin/mpibert-prep"; do
   [ -x "$f" ] || { echo "FAIL: $f not built"; exit 1; }
 done
-"$py" -c 'import matplotlib' || { echo "FAIL: $py lacks matplotlib (apt-get install python3-matplotlib)"; exit 1; }
+"$py" -c 'import matplotlib' || { echo "FAIL: $py lacks matplotlib (bash scripts/install-deps.sh, or pip install ./tools)"; exit 1; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_compare.XXXXXX")
 if [ "${KEEP_TMP:-0}" = 1 ]; then echo "keeping $tmp"; else trap 'rm -rf "$tmp"' EXIT; fi

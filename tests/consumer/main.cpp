@@ -1,6 +1,8 @@
 // ctest build.install's consumer: uses the installed headers and libraries the way another project
-// would. Tokenizes TEXT with VOCAB and builds the BERT of MODEL_CONFIG (config.json), printing
+// would. Tokenizes TEXT with VOCAB, scores the answer PREDICTION against GOLD as the official SQuAD
+// v1.1 script does, and builds the BERT of MODEL_CONFIG (config.json), printing
 //   tokens: T1 T2 ...
+//   score: exact E f1 F
 //   parameters: N
 #include <torch/torch.h>
 
@@ -8,12 +10,13 @@
 #include <iostream>
 #include <string>
 
+#include "mpibert/eval/squad_metrics.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/text/tokenizer.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: consumer VOCAB MODEL_CONFIG TEXT\n";
+  if (argc != 6) {
+    std::cerr << "usage: consumer VOCAB MODEL_CONFIG TEXT GOLD PREDICTION\n";
     return 2;
   }
   try {
@@ -21,6 +24,8 @@ int main(int argc, char** argv) {
     std::cout << "tokens:";
     for (const std::string& token : tokenizer.tokens(tokenizer.encode(argv[3]))) std::cout << " " << token;
     std::cout << "\n";
+    std::cout << "score: exact " << mpibert::squad_exact(argv[4], argv[5]) << " f1 "
+              << mpibert::squad_f1(argv[4], argv[5], /*v2_rules=*/false) << "\n";
     mpibert::BertForQuestionAnswering model(mpibert::BertConfig::load(argv[2]));
     std::cout << "parameters: " << mpibert::count_parameters(*model) << "\n";
   } catch (const std::exception& e) {

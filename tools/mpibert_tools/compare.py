@@ -12,14 +12,17 @@ A figure a source does not record is shown as a dash and listed under "Not recor
 reason; none is estimated. --ranks and --strategy state what a source leaves out (HF's files do not
 record the number of processes).
 
-Two throughputs: samples/s over the training steps alone (mpibert's train_step_samples_per_second;
-Lightning's ThroughputMonitor) and samples/s incl. setup (train_samples_per_second over
+Three throughputs: samples/s over the training steps alone (mpibert's train_step_samples_per_second;
+Lightning's ThroughputMonitor), steady samples/s over the steps after the first ones' warm-up
+(mpibert's train_steady_samples_per_second, after steady_after_steps) and samples/s incl. setup (train_samples_per_second over
 train_runtime, as HF reports it: from the first step, so the first steps' warm-up, and evaluations
 and checkpoints during training, count). Speedup is a
 run's throughput divided by the baseline's, over the steps where both have that figure and over
 train_runtime otherwise (marked); parallel efficiency is the speedup divided by the ratio of rank
 counts. The baseline is --baseline, or else the run with the fewest ranks (the first given among
-equals).
+equals). No speedup is computed between runs that record different kinds of device (CPU and
+GPU, or two GPU or CPU models): a note says so. The device and mpibert's --padding (full,
+dynamic, packed: what a sample costs) are columns of their own.
 
 Memory per rank (mpibert's results.json: parallel.memory_per_rank): bytes of parameters, gradients
 and optimizer state held between steps, and the peak (RSS on a CPU, allocated on a GPU).
@@ -29,7 +32,7 @@ over the training steps, divided by the matrix-product rate the run's ranks meas
 run's precision (float32 or bf16), summed over the ranks.
 
 Writes loss.png, scaling.png, phases.png, memory.png and comparison.md into --out (default: the current
-directory). Uses Debian's python3 (python3-matplotlib, python3-yaml), standard library otherwise.
+directory). Needs matplotlib and PyYAML (tools/pyproject.toml), standard library otherwise.
 """
 
 import argparse
@@ -72,11 +75,11 @@ def md_escape(text):
     return DASH if text is None else str(text).replace("|", "\\|").replace("\n", " ")
 
 
-HEADER = ["run", "source", "device", "strategy", "ranks", "epochs", "training time", "samples/s",
-          "samples/s incl. setup", "MFU", "speedup", "efficiency", "EM", "F1", "validation loss",
+HEADER = ["run", "source", "device", "padding", "strategy", "ranks", "epochs", "training time", "samples/s",
+          "steady samples/s", "samples/s incl. setup", "MFU", "speedup", "efficiency", "EM", "F1", "validation loss",
           "validation loss by epoch", "held MiB/rank", "peak MiB/rank"]
-ALIGN = ["---", "---", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:",
-         "---", "--:", "--:"]
+ALIGN = ["---", "---", "---", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:",
+         "--:", "--:", "---", "--:", "--:"]
 MIB = 1024.0 * 1024.0
 RUNTIME_MARK = "\u2020"  # a speedup over train_runtime, not over the steps
 
@@ -89,11 +92,13 @@ def table_rows(runs):
             md_escape(run.label),
             md_escape(run.source),
             md_escape(run.device()),
+            md_escape(run.padding),
             md_escape(run.strategy),
             DASH if run.ranks is None else str(run.ranks),
             fmt_num(run.epoch, 3),
             fmt_duration(run.runtime),
             fmt_num(run.step_samples_per_second, 2),
+            fmt_num(run.steady_samples_per_second, 2),
             fmt_num(run.runtime_samples_per_second, 2),
             DASH if run.mfu is None else "%.1f%%" % (100.0 * run.mfu),
             fmt_num(run.speedup, 2) + mark,
@@ -149,7 +154,16 @@ def markdown_table(runs):
     return "\n".join(lines)
 
 
-def baseline_note(baseline):
+def steady_note(runs):
+    """What the steady samples/s leave out, from the runs that record them."""
+    afters = sorted({r.steady_after for r in runs if r.steady_samples_per_second is not None and r.steady_after})
+    if not afters:
+        return ""
+    return (" Steady samples/s = over the training steps after the first %s (their warm-up: allocator, "
+            "kernel choice), beside samples/s over every step." % " or ".join(str(a) for a in afters))
+
+
+def baseline_note(baseline, runs=()):
     if baseline.ranks is not None:
         ranks_text = "%d rank%s" % (baseline.ranks, "" if baseline.ranks == 1 else "s")
     else:
@@ -164,8 +178,10 @@ def baseline_note(baseline):
             "parameters + gradients + optimizer state between steps, of the rank that holds the most; peak = the "
             "largest rank's peak resident set (RSS, on a CPU) or peak GPU memory allocated (GPU). MFU = model FLOPs on real "
             "tokens (not padding) per second over the training steps / the matrix-product rate the run's ranks measured "
-            "at setup in the run's precision (float32 or bf16), summed over the ranks."
-            % (md_escape(baseline.label), ranks_text, fmt_num(baseline.samples_per_second, 2), RUNTIME_MARK))
+            "at setup in the run's precision (float32 or bf16), summed over the ranks. No speedup is computed between "
+            "runs on different kinds of device (CPU and GPU, or two models): it would measure the devices."
+            % (md_escape(baseline.label), ranks_text, fmt_num(baseline.samples_per_second, 2), RUNTIME_MARK)
+            + steady_note(runs))
 
 
 def unrecorded_note(runs):
@@ -187,9 +203,9 @@ def setup_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        sys.exit("%s: matplotlib is missing: run this with /usr/bin/python3 (Debian's "
-                 "python3-matplotlib: bash scripts/install-deps.sh --with-reports), e.g. "
-                 "`tools/compare ...`, not `python3 tools/compare`" % PROG)
+        sys.exit("%s: matplotlib is missing from %s: run tools/compare, which takes the checkout's .venv "
+                 "(bash scripts/install-deps.sh installs the tools there), or pip install ./tools into this "
+                 "Python" % (PROG, sys.executable))
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     plt.rcParams.update({
@@ -503,6 +519,12 @@ def set_speedups(runs, baseline):
     """Each run against the baseline, over the steps where both record that throughput, else over
     train_runtime where both record that."""
     for run in runs:
+        run.speedup = run.efficiency = run.speedup_basis = None
+        why = run.differs_in_device(baseline) if run is not baseline else None
+        if why:
+            run.notes.append("no speedup against the baseline: %s, and a speedup across kinds of device would "
+                             "measure the devices, not the parallelism" % why)
+            continue
         for basis in ("steps", "runtime"):
             mine, theirs = run.throughput(basis), baseline.throughput(basis)
             if mine is not None and theirs:
@@ -559,7 +581,7 @@ def main(argv):
     ordered = sorted(runs, key=lambda r: (r.ranks if r.ranks is not None else math.inf,
                                           strategy_rank(r.strategy), r.label, r.order))
     table = markdown_table(ordered)
-    note = baseline_note(baseline)
+    note = baseline_note(baseline, ordered)
     unrecorded = unrecorded_note(ordered)
     print(table)
     print()
@@ -599,5 +621,10 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The console script (pyproject.toml's [project.scripts])."""
     sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    cli()

@@ -104,5 +104,10 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The console script (pyproject.toml's [project.scripts])."""
     sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    cli()

@@ -60,8 +60,12 @@ class Run:
         self.label = self.name
         self.ranks = self.strategy = self.communication = None
         self.device_text = None
+        self.device_kind = None  # ("cpu" or "gpu", the model or None), where the source records it
+        self.padding = None  # mpibert's --padding (full, dynamic, packed), where the source records it
         self.runtime = None              # train_runtime: from the first step, evaluations during training included
         self.step_samples_per_second = None  # over the training steps alone
+        self.steady_samples_per_second = None  # over the steps after the warm-up (steady_after)
+        self.steady_after = None  # the warm-up steps left out of it
         self.runtime_samples_per_second = None  # over train_runtime (HF's train_samples_per_second)
         self.epoch = self.global_step = None
         self.em = self.f1 = self.eval_loss = None
@@ -97,6 +101,16 @@ class Run:
     def device(self):
         return self.device_text
 
+    def differs_in_device(self, other):
+        """Why a speedup between this run and `other` would compare devices, or None: both record
+        their kind of device and it differs (CPU and GPU, or two models of either)."""
+        mine, theirs = self.device_kind, other.device_kind
+        if mine is None or theirs is None:
+            return None
+        if mine[0] == theirs[0] and (mine[1] is None or theirs[1] is None or mine[1] == theirs[1]):
+            return None
+        return "it ran on %s, `%s` on %s" % (describe_kind(mine), other.label, describe_kind(theirs))
+
     def group(self):
         """The series a run belongs to in the scaling plot: its strategy (and transport)."""
         if self.strategy in (None, "single"):
@@ -106,7 +120,27 @@ class Run:
         return self.strategy
 
 
+def describe_kind(kind):
+    return kind[0] if kind[1] is None else "%s (%s)" % kind
+
+
 # --- mpibert ------------------------------------------------------------------------------------
+
+def mpibert_device_kind(env):
+    """("gpu", model) or ("cpu", model) from results.json's environment; None where not recorded."""
+    devices = env.get("devices")
+    cpu_model = env.get("cpu_model") if isinstance(env.get("cpu_model"), str) and env.get("cpu_model") else None
+    if isinstance(devices, dict):
+        if devices.get("type") == "cuda":
+            name = devices.get("name")
+            return ("gpu", name if isinstance(name, str) and name else None)
+        if devices.get("type") == "cpu":
+            return ("cpu", cpu_model)
+        return None
+    if isinstance(devices, str) and devices:  # older runs: "cpu", "cuda", "cuda:0"...
+        return ("gpu", None) if devices.startswith("cuda") else ("cpu", cpu_model) if devices == "cpu" else None
+    return None
+
 
 def mpibert_device(env):
     devices = env.get("devices")
@@ -185,11 +219,23 @@ def read_mpibert(path, order):
     comm = parallel.get("communication", env.get("communication"))
     run.communication = comm if isinstance(comm, str) and comm else None
     run.device_text = mpibert_device(env)
+    run.device_kind = mpibert_device_kind(env)
+    padding = params.get("padding")
+    run.padding = padding if isinstance(padding, str) and padding else None
+    if run.padding is None:
+        run.lack("padding", "results.json's parameters have no padding")
     run.runtime = num(r.get("train_runtime"))
     run.step_samples_per_second = num(r.get("train_step_samples_per_second"))
     run.runtime_samples_per_second = num(r.get("train_samples_per_second"))
     if run.step_samples_per_second is None:
         run.lack("samples/s over the steps", "results.json predates train_step_samples_per_second")
+    steady, after = num(r.get("train_steady_samples_per_second")), num(r.get("steady_after_steps"))
+    if steady is None:
+        run.lack("steady samples/s", "results.json predates train_steady_samples_per_second (written since 2026-11-26)")
+    elif steady <= 0:  # mpibert writes 0 where no step came after the warm-up
+        run.lack("steady samples/s", "no step after the first %d, the warm-up it leaves out" % (after or 0))
+    else:
+        run.steady_samples_per_second, run.steady_after = steady, int(after) if after is not None else None
     run.epoch = num(r.get("epoch"))
     if run.epoch is None:
         run.epoch = num(params.get("epochs"))
@@ -297,6 +343,8 @@ def read_hf_trainer(path, order):
     run.lack("samples/s over the steps", "HF's Trainer times only its training loop as a whole; its "
              "train_samples_per_second (shown as samples/s incl. setup) counts the first steps' warm-up and "
              "any evaluation and checkpoint during training")
+    run.lack("steady samples/s", "HF's Trainer times no step apart")
+    run.lack("padding", "not in HF's output files (run_qa pads to max_seq_length unless --pad_to_max_length False)")
     run.epoch = num(metrics.get("epoch"))
     if run.epoch is None:
         run.epoch = num(state.get("epoch"))
@@ -357,7 +405,7 @@ def read_hparams(path):
     try:
         import yaml
     except ImportError:
-        raise RunError("%s: reading it needs PyYAML (Debian's python3-yaml)" % file)
+        raise RunError("%s: reading it needs PyYAML (pip install ./tools brings it)" % file)
 
     class Loader(yaml.SafeLoader):  # Lightning may dump Python objects: read their tags as plain values
         pass
@@ -446,6 +494,12 @@ def read_lightning(path, order, folder, chosen):
         run.strategy = strategy
     accelerator = hparams.get("accelerator")
     run.device_text = accelerator if isinstance(accelerator, str) and accelerator else None
+    if run.device_text in ("cpu",):
+        run.device_kind = ("cpu", None)
+    elif run.device_text in ("gpu", "cuda"):
+        run.device_kind = ("gpu", None)
+    run.lack("steady samples/s", "ThroughputMonitor's counters cover the training loop from its first step")
+    run.lack("padding", "not in Lightning's CSV log")
     if run.device_text is None:
         run.lack("device", "hparams.yaml has no accelerator")
     batch = num(hparams.get("batch_size"))

@@ -2085,5 +2085,10 @@ def main(argv=None):
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The console script (pyproject.toml's [project.scripts])."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -2,7 +2,8 @@
 directories) and of compare.py's table arithmetic (speedups, labels, stated ranks), on small run
 directories written here and on the committed reference runs.
 
-Run from this directory:  /usr/bin/python3 -m unittest test_run_sources
+Run from this directory, with a Python that has the package's dependencies (tools/pyproject.toml;
+the project's .venv has them):  ../../.venv/bin/python3 -m unittest test_run_sources
 """
 
 import json
@@ -74,7 +75,28 @@ class MpibertRuns(unittest.TestCase):
         self.assertEqual((run.eval_points, run.eval_epochs), ({20.0: 3.5}, {20.0: 0.5}))
         self.assertIn("skipped 1 malformed line(s) of metrics.jsonl", run.notes)
         lacking = [figure for figure, _ in run.lacking]
-        self.assertEqual(lacking, ["memory per rank", "MFU"])
+        self.assertEqual(lacking, ["padding", "steady samples/s", "memory per rank", "MFU"])
+
+    def test_steady_throughput_and_padding(self):
+        write(os.path.join(self.run_dir, "results.json"), json.dumps(mpibert_results(
+            train_steady_samples_per_second=45.5, steady_after_steps=10, parameters={"padding": "dynamic"})))
+        run = read_run(self.run_dir, 0)
+        self.assertEqual((run.steady_samples_per_second, run.steady_after, run.padding), (45.5, 10, "dynamic"))
+        self.assertNotIn("steady samples/s", [figure for figure, _ in run.lacking])
+        rows = compare.markdown_table([run]).splitlines()
+        cells = [c.strip() for c in rows[2].strip("|").split("|")]
+        header = [c.strip() for c in rows[0].strip("|").split("|")]
+        self.assertEqual((cells[header.index("padding")], cells[header.index("steady samples/s")],
+                          cells[header.index("samples/s")]), ("dynamic", "45.50", "40.00"))
+        self.assertIn("after the first 10", compare.baseline_note(run, [run]))
+
+    def test_no_steady_throughput_without_a_step_after_the_warm_up(self):
+        # mpibert writes 0 where every step was a warm-up step.
+        write(os.path.join(self.run_dir, "results.json"), json.dumps(mpibert_results(
+            train_steady_samples_per_second=0.0, steady_after_steps=10)))
+        run = read_run(self.run_dir, 0)
+        self.assertIsNone(run.steady_samples_per_second)
+        self.assertIn(("steady samples/s", "no step after the first 10, the warm-up it leaves out"), run.lacking)
 
     def test_one_rank_is_the_single_strategy(self):
         write(os.path.join(self.run_dir, "results.json"), json.dumps(mpibert_results(world_size=1, strategy=None)))
@@ -166,6 +188,31 @@ class Speedups(unittest.TestCase):
         compare.set_speedups([baseline, ddp], baseline)
         self.assertEqual(ddp.speedup_basis, "runtime")
         self.assertAlmostEqual(ddp.speedup, ddp.runtime_samples_per_second / baseline.runtime_samples_per_second)
+
+    def test_no_speedup_across_kinds_of_device(self):
+        baseline, ddp = self.read("cpu-1rank-2threads", "cpu-2ranks-ddp")
+        gpu = read_run(os.path.join(ROOT, "results", "gpu-check", "2026-11-26-h200", "runs", "call3-bert-packed"), 2)
+        runs = [baseline, ddp, gpu]
+        compare.unique_labels(runs)
+        compare.set_speedups(runs, baseline)
+        self.assertIsNotNone(ddp.speedup)  # the same CPU model
+        self.assertIsNone(gpu.speedup)
+        self.assertIsNone(gpu.efficiency)
+        self.assertTrue(any("no speedup against the baseline: it ran on gpu (NVIDIA H200), `cpu-1rank-2threads` "
+                            "on cpu (Intel(R) Xeon(R) Processor)" in note for note in gpu.notes), gpu.notes)
+        # Against a GPU baseline, the CPU runs get none, and two GPU models none either.
+        compare.set_speedups(runs, gpu)
+        self.assertEqual((baseline.speedup is None, gpu.speedup), (True, 1.0))
+        other = read_run(os.path.join(ROOT, "results", "gpu-check", "2026-11-26-h200", "runs", "call3-bert-full"), 3)
+        other.device_kind = ("gpu", "NVIDIA A100-SXM4-80GB")
+        other.label = "a100"
+        compare.set_speedups([gpu, other], gpu)
+        self.assertIsNone(other.speedup)
+        # A run that records no device (HF's files) still gets one: nothing says the kinds differ.
+        other.device_kind = None
+        other.notes = []
+        compare.set_speedups([gpu, other], gpu)
+        self.assertIsNotNone(other.speedup)
 
     def test_runs_of_the_same_name_get_their_parent_in_the_label(self):
         runs = self.read("cpu-2ranks-ddp", "cpu-2ranks-ddp")

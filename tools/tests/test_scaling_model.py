@@ -1,6 +1,7 @@
 """Tests of tools/mpibert_tools/scaling_model.py (the alpha-beta model of mpibert's step).
 
-Run from this directory:  /usr/bin/python3 -m unittest test_scaling_model
+Run from this directory, with a Python that has the package's dependencies (tools/pyproject.toml;
+the project's .venv has them):  ../../.venv/bin/python3 -m unittest test_scaling_model
 """
 
 import json
