@@ -1560,13 +1560,13 @@ class Projection:
 # touched rows?, reduce dtype, param dtype).
 WIRE_VARIANTS = [("ddp bf16", "ddp", True, "bf16", "fp32"), ("ddp dense bf16", "ddp", False, "bf16", "fp32"),
                  ("zero2 bf16", "zero2", True, "bf16", "fp32"), ("fsdp bf16", "fsdp", True, "bf16", "fp32"),
-                 ("fsdp bf16 gathers", "fsdp", True, "bf16", "bf16")]
+                 ("fsdp bf16 gathers", "fsdp", True, "bf16", "bf16"), ("hsdp bf16", "hsdp", True, "bf16", "fp32")]
 
 
-def fastest_option(config, compute, cluster, p, seq_len, fsdp, rows):
+def fastest_option(config, compute, cluster, p, seq_len, fsdp, rows, hsdp=None):
     """The fastest of ddp (sparse embedding exchange) and zero1/zero2 (same collectives, same time)
-    x bucket sizes, and fsdp."""
-    options = [(fsdp, "fsdp")]
+    x bucket sizes, fsdp and hsdp (units: no buckets)."""
+    options = [(fsdp, "fsdp")] + ([(hsdp, "hsdp")] if hsdp is not None else [])
     for strategy, label in (("ddp", "ddp"), ("zero1", "zero1/zero2")):
         options += [(project_point(config, compute, cluster, p, strategy, mb, seq_len, rows), f"{label} {mb} MiB")
                     for mb in BUCKET_CHOICES_MB]
@@ -1587,7 +1587,8 @@ def run_projections(raw, configs, path):
                     rows = embedding_rows.for_global_batch(batch * p)
                     by_strategy = {s: project_point(config, compute, cluster, p, s, 25, seq_len, rows) for s in STRATEGIES}
                     by_strategy["ddp dense"] = project_point(config, compute, cluster, p, "ddp", 25, seq_len)
-                    best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"], rows)
+                    best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"], rows,
+                                                 by_strategy["hsdp"])
                     if p == 1:
                         label = "(no communication)"
                     wire = {name: project_point(config, compute, cluster, p, strategy, 25, seq_len,
@@ -1665,8 +1666,9 @@ def exposed_ms(pr, strategy, result=None):
 def wire_dtype_table(projections):
     """Efficiency with fp32 and with bf16 on the wire, 25 MiB buckets, at 64 and 512 GPUs."""
     lines = ["| model | GPU | network | GPUs | ddp | ddp, embedding dense | zero1/zero2 | "
-             "fsdp: fp32 → bf16 reduce → also bf16 gathers | ddp exposed (ms) | MB sent per GPU per step: ddp | fsdp |",
-             "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- |"]
+             "fsdp: fp32 → bf16 reduce → also bf16 gathers | hsdp: fp32 → bf16 reduce | ddp exposed (ms) | "
+             "MB sent per GPU per step: ddp | fsdp | hsdp |",
+             "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for pr in projections:
         if pr.p not in (64, 512):
             continue
@@ -1676,10 +1678,12 @@ def wire_dtype_table(projections):
         lines.append(f"| {pr.model} | {pr.gpu} | {pr.net} | {pr.p} | {eff(st['ddp'])} → {eff(w['ddp bf16'])} | "
                      f"{eff(st['ddp dense'])} → {eff(w['ddp dense bf16'])} | {eff(st['zero2'])} → {eff(w['zero2 bf16'])} | "
                      f"{eff(st['fsdp'])} → {eff(w['fsdp bf16'])} → {eff(w['fsdp bf16 gathers'])} | "
+                     f"{eff(st['hsdp'])} → {eff(w['hsdp bf16'])} | "
                      f"{exposed_ms(pr, 'ddp'):.1f} → {exposed_ms(pr, 'ddp', w['ddp bf16']):.1f} | "
                      f"{st['ddp'].network_bytes / 1e6:.0f} → {w['ddp bf16'].network_bytes / 1e6:.0f} | "
                      f"{st['fsdp'].network_bytes / 1e6:.0f} → {w['fsdp bf16'].network_bytes / 1e6:.0f} → "
-                     f"{w['fsdp bf16 gathers'].network_bytes / 1e6:.0f} |")
+                     f"{w['fsdp bf16 gathers'].network_bytes / 1e6:.0f} | "
+                     f"{st['hsdp'].network_bytes / 1e6:.0f} → {w['hsdp bf16'].network_bytes / 1e6:.0f} |")
     return lines
 
 
@@ -1745,29 +1749,31 @@ def strategy_tables(projections):
         lines += [f"### {model}, {gpu}, {net}: strategies", "",
                   "| GPUs | ddp step (ms) | ddp eff. | ddp exposed (ms) | zero1/zero2 step (ms) | zero1/zero2 eff. | "
                   "zero1/zero2 exposed (ms) | fsdp step (ms) | fsdp eff. | fsdp exposed (ms): forward / backward / after | "
-                  "MB sent per GPU per step: ddp / zero / fsdp |",
-                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+                  "hsdp step (ms) | hsdp eff. | hsdp exposed (ms) | MB sent per GPU per step: ddp / zero / fsdp / hsdp |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
         for pr in rows:
-            d, z, f = (pr.strategies[s] for s in ("ddp", "zero2", "fsdp"))
+            d, z, f, h = (pr.strategies[s] for s in ("ddp", "zero2", "fsdp", "hsdp"))
             fw, bw, after = fsdp_exposed_split(pr)
             lines.append(f"| {pr.p} | {d.step * 1e3:.1f} | {pr.one_gpu / d.step:.3f} | {exposed_ms(pr, 'ddp'):.1f} | "
                          f"{z.step * 1e3:.1f} | {pr.one_gpu / z.step:.3f} | {exposed_ms(pr, 'zero2'):.1f} | "
                          f"{f.step * 1e3:.1f} | {pr.one_gpu / f.step:.3f} | {fw:.1f} / {bw:.1f} / {after:.1f} | "
-                         f"{d.network_bytes / 1e6:.0f} / {z.network_bytes / 1e6:.0f} / {f.network_bytes / 1e6:.0f} |")
+                         f"{h.step * 1e3:.1f} | {pr.one_gpu / h.step:.3f} | {exposed_ms(pr, 'hsdp'):.1f} | "
+                         f"{d.network_bytes / 1e6:.0f} / {z.network_bytes / 1e6:.0f} / {f.network_bytes / 1e6:.0f} / "
+                         f"{h.network_bytes / 1e6:.0f} |")
         lines.append("")
     return lines
 
 
 def strategy_summary(projections):
-    lines = ["| model | GPU | network | efficiency at 64 GPUs: ddp / zero2 / fsdp | at 512 GPUs: ddp / zero2 / fsdp | "
-             "fsdp exposed at 512 (ms): forward / backward / after |",
+    lines = ["| model | GPU | network | efficiency at 64 GPUs: ddp / zero2 / fsdp / hsdp | at 512 GPUs: ddp / zero2 / "
+             "fsdp / hsdp | fsdp exposed at 512 (ms): forward / backward / after |",
              "| --- | --- | --- | --- | --- | --- |"]
     groups = {}
     for pr in projections:
         groups.setdefault((pr.model, pr.gpu, pr.net), {})[pr.p] = pr
     for (model, gpu, net), by_p in groups.items():
-        cells = [" / ".join(f"{by_p[p].one_gpu / by_p[p].strategies[s].step:.3f}" for s in ("ddp", "zero2", "fsdp"))
-                 for p in (64, 512)]
+        cells = [" / ".join(f"{by_p[p].one_gpu / by_p[p].strategies[s].step:.3f}"
+                            for s in ("ddp", "zero2", "fsdp", "hsdp")) for p in (64, 512)]
         split = " / ".join(f"{x:.1f}" for x in fsdp_exposed_split(by_p[512]))
         lines.append(f"| {model} | {gpu} | {net} | {cells[0]} | {cells[1]} | {split} |")
     return lines
@@ -1778,12 +1784,13 @@ def traffic_paragraph(projections, configs):
     lines = []
     for model, config in configs.items():
         pr = next(x for x in projections if x.model == model and x.p == 64)
-        d, z, f = (pr.strategies[s].network_bytes for s in ("ddp", "zero2", "fsdp"))
-        counts = [pr.strategies[s].collectives for s in ("ddp", "zero2", "fsdp")]
+        d, z, f, h = (pr.strategies[s].network_bytes for s in ("ddp", "zero2", "fsdp", "hsdp"))
+        counts = [pr.strategies[s].collectives for s in ("ddp", "zero2", "fsdp", "hsdp")]
         lines.append(f"- {model} ({total_params(config):,} parameters, {4 * total_params(config) / 1e6:.0f} MB of fp32), "
-                     f"64 GPUs: ddp {d / 1e6:.0f} MB, zero1/zero2 {z / 1e6:.0f} MB, fsdp {f / 1e6:.0f} MB per GPU per step "
-                     f"(fsdp / ddp = {f / d:.3f}); collectives per step: ddp {counts[0]}, zero1/zero2 {counts[1]}, "
-                     f"fsdp {counts[2]}.")
+                     f"64 GPUs: ddp {d / 1e6:.0f} MB, zero1/zero2 {z / 1e6:.0f} MB, fsdp {f / 1e6:.0f} MB, hsdp "
+                     f"{h / 1e6:.0f} MB ({pr.strategies['hsdp'].node_bytes / 8e6:.0f} MB of it across the nodes) per GPU "
+                     f"per step (fsdp / ddp = {f / d:.3f}); collectives per step: ddp {counts[0]}, zero1/zero2 {counts[1]}, "
+                     f"fsdp {counts[2]}, hsdp {counts[3]}.")
     return lines
 
 
@@ -2099,7 +2106,8 @@ def throughput_at_largest_batch(raw, configs, table, path):
     embedding_rows = load_embedding_rows(raw, path)
     ps = [p for p in PROJECTION_GPUS if p >= 8]
     lines = ["| model | GPU | network | GPUs | ddp: batch, samples/s/GPU | zero2: batch, samples/s/GPU | "
-             "fsdp: batch, samples/s/GPU | fsdp / ddp |", "| --- | --- | --- | ---: | --- | --- | --- | ---: |"]
+             "fsdp: batch, samples/s/GPU | hsdp: batch, samples/s/GPU | fsdp / ddp | hsdp / ddp |",
+             "| --- | --- | --- | ---: | --- | --- | --- | --- | ---: | ---: |"]
     for model, config in configs.items():
         for device in devices:
             compute = gpu_compute(raw, device.compute, config, configs["bert-base"], path)
@@ -2107,14 +2115,15 @@ def throughput_at_largest_batch(raw, configs, table, path):
                 cluster = make_cluster(raw, device.compute, net, path)
                 for p in (64, 512):
                     rates = {}
-                    for strategy in ("ddp", "zero2", "fsdp"):
+                    for strategy in ("ddp", "zero2", "fsdp", "hsdp"):
                         b = table[(model, "bf16", device.name, strategy)][ps.index(p)]
                         rows = embedding_rows.for_global_batch(b * p)
                         step = project_point(config, at_batch(compute, b / batch), cluster, p, strategy, 25, seq_len, rows).step
                         rates[strategy] = (b, b / step if b else 0.0)
                     cells = " | ".join(f"{b}, {r:.0f}" for b, r in rates.values())
-                    ratio = rates["fsdp"][1] / rates["ddp"][1] if rates["ddp"][1] else float("nan")
-                    lines.append(f"| {model} | {device.name} | {net} | {p} | {cells} | {fmt(ratio, 3)} |")
+                    ratios = [rates[s][1] / rates["ddp"][1] if rates["ddp"][1] else float("nan") for s in ("fsdp", "hsdp")]
+                    lines.append(f"| {model} | {device.name} | {net} | {p} | {cells} | {fmt(ratios[0], 3)} | "
+                                 f"{fmt(ratios[1], 3)} |")
     return lines
 
 
@@ -2220,6 +2229,10 @@ PROJECTION_NOTES = """## What the projection assumes
   stream in the order of mpibert's plan (3U-1 collectives per micro-batch, U units); each unit's
   forward and backward take its share of the backward FLOPs. No all-gather after the step (the
   parameters stay sharded); the norm all-reduce and the optimizer on 1/p as zero1.
+- hsdp (HYBRID_SHARD): fsdp inside each node (shard group of 8, NVLink), each unit's slice then
+  all-reduced across the nodes as soon as its reduce-scatter is done, on a stream of its own; the
+  8 GPUs of a node share its NIC, so a unit's all-reduce across the nodes takes as long as one of
+  the whole unit through the NIC. Optimizer on 1/8. More in projection-hsdp.md.
 - Not modelled: NCCL protocols (LL/LL128), NVLS/SHARP, contention of NCCL kernels with compute, stragglers,
   data loading, the evaluation phase, and mpibert's GPU path (which has not yet run on a GPU).
 """
@@ -2257,7 +2270,8 @@ def write_projection(clusters_path, out, plot=True):
              "efficiency = one GPU's step / p GPUs' step (weak scaling).", "",
              f"Parameters: bert-base {total_params(configs['bert-base']):,}, bert-large {total_params(configs['bert-large']):,} "
              "(BertForQuestionAnswering, no pooler).", "",
-             "## Recommended configuration (fastest of ddp, zero1/zero2 x buckets 1, 5, 10, 25, 50, 100 MiB, and fsdp)", ""]
+             "## Recommended configuration (fastest of ddp, zero1/zero2 x buckets 1, 5, 10, 25, 50, 100 MiB, fsdp and "
+             "hsdp)", ""]
     lines += recommendations(projections) + ["", PROJECTION_NOTES]
     lines += ["## The word embedding by touched rows (ddp, 25 MiB buckets)", "", SPARSE_EMBEDDING_NOTES, "",
               "Efficiency, the embedding all-reduced dense → by the rows the global batch touched "
@@ -2268,7 +2282,8 @@ def write_projection(clusters_path, out, plot=True):
               "Efficiency fp32 → bf16 reductions (25 MiB buckets; fsdp also with bf16 gathers), the ddp step's exposed "
               "communication and the bytes each GPU sends:", ""]
     lines += wire_dtype_table(projections)
-    lines += ["", "## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets)", ""] + strategy_summary(projections)
+    lines += ["", "## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets; hsdp sharded over a node's 8 "
+              "GPUs: projection-hsdp.md)", ""] + strategy_summary(projections)
     lines += ["", "Bytes each GPU sends per step (ring formulas, (p-1)/p x bytes per gather or reduce-scatter, "
               "2(p-1)/p per all-reduce), from the simulated collectives:", ""] + traffic_paragraph(projections, configs)
     lines += [""] + memory_section(raw, configs, batches, clusters_path) + ["", "## Tables", ""]
@@ -2358,16 +2373,16 @@ def plot_best(axes, projections, model, column):
 
 
 def plot_strategies(ax, projections, model, gpu):
-    """Efficiency of ddp, zero1/zero2 and fsdp (25 MiB buckets) per network, on one GPU."""
+    """Efficiency of ddp, zero1/zero2 (25 MiB buckets), fsdp and hsdp per network, on one GPU."""
     styles = {"IB100": ":", "IB200": "--", "IB400": "-"}
-    colors = {"ddp": "tab:blue", "zero2": "tab:orange", "fsdp": "tab:red"}
-    labels = {"ddp": "ddp", "zero2": "zero1/zero2", "fsdp": "fsdp"}
+    colors = {"ddp": "tab:blue", "zero2": "tab:orange", "fsdp": "tab:red", "hsdp": "tab:purple"}
+    labels = {"ddp": "ddp", "zero2": "zero1/zero2", "fsdp": "fsdp", "hsdp": "hsdp"}
     series = {}
     for pr in projections:
         if pr.model == model and pr.gpu == gpu:
             series.setdefault(pr.net, []).append(pr)
     for net, prs in sorted(series.items()):
-        for strategy in ("ddp", "zero2", "fsdp"):
+        for strategy in ("ddp", "zero2", "fsdp", "hsdp"):
             ax.plot([pr.p for pr in prs], [pr.one_gpu / pr.strategies[strategy].step for pr in prs],
                     styles.get(net, "-"), color=colors[strategy], marker=".", label=f"{labels[strategy]} {net}")
     ax.set_ylabel("efficiency")
