@@ -12,6 +12,10 @@ measured/allreduce-<rate>-<p>r.txt (bench_allreduce output; <rate> is rate_mbit 
 communication and step time, and writes check.md and check.png. Where measured-bf16/ exists
 (bench/reduced_precision.sh hosts: fp32 and bf16 wire dtypes side by side, link.json's
 reduce_dtype/param_dtype), check.md gets a section on it; its links are fitted from measured/'s files.
+`check` does not take hsdp runs (its shard group's collectives run inside a test host, which no
+link fit measures). `project` also writes projection-hsdp.md: ddp, fsdp and hsdp on clusters.json's
+`hsdp_projection` clusters (8 and 64 H100 nodes, IB 100/200) at its per-GPU compute rates (1,511
+samples/s measured on an H200, 3,000 the target).
 `project` writes projection.md, projection.png and projection-memory.png for bert-base/bert-large
 on A100/H100 nodes (8 GPUs each) with 100/200/400 Gbit/s InfiniBand, from clusters.json: step
 time per strategy and the largest batch per GPU that fits in memory.
@@ -30,6 +34,26 @@ The step (as mpibert's src/parallel/ (flat_groups.cpp, gradient_reducer.cpp, ddp
     reduce-scatters), on every micro-batch. Waits for gathers fall in the forward and backward
     phases; the reduce-scatters left at the end of backward in gradient_sync; the norm all-reduce
     in the optimizer phase; no all-gather after the step.
+  hsdp (HYBRID_SHARD; src/parallel/hsdp.cpp, shards.cpp): fsdp over a shard group of G consecutive
+    ranks (--shard-group-size; by default, and in the projections, the GPUs of a node), the units
+    padded to a multiple of G, the gathers and reduce-scatters over G ranks (on a Cluster, p = G <=
+    gpus_per_node: NVLink only), replicated across the R = world / G groups. After unit u's
+    reduce-scatter each rank all-reduces its slice of u (1/G of the unit) with the R ranks holding
+    the same slice (ranks r, r+G, ...), one all-reduce per unit per micro-batch
+    (ShardedGradients::all_reduce_across_replicas): issued at the first moment the plan is issued
+    from (a unit's backward starting, a unit's gradients complete) at which u's reduce-scatter is
+    done, in reduce-scatter order, the rest at the end of backward once their reduce-scatters are;
+    they run on the replicas' communicator, a second stream (FIFO) beside the shard group's.
+    gradient_sync waits for both streams; with accumulation the next micro-batch's backward waits
+    for the replicas (Fsdp::begin_backward closes the micro-batch before). The norm all-reduce runs
+    over the shard group (the replicas hold the same slices); the optimizer steps on 1/G of the
+    state.
+    NIC sharing (one NIC per node, as every Cluster here): the G ranks of a node all-reduce their
+    slices of the same unit at the same moment, so min(G, gpus_per_node) replica rings cross the NIC
+    at once and share it equally: each runs on a Cluster view with max(1, gpus_per_node / G) GPUs
+    per node and net_Bps / min(G, gpus_per_node) (replica_network), i.e. a unit's all-reduce takes
+    as long as one all-reduce of the whole unit over one GPU per node. NVLink traffic (the shard
+    group's) and NIC traffic (the replicas') do not slow each other.
 
 Approximations (stated, not hidden):
   * Buckets follow mpibert's rule exactly: reverse registration order, bucket 0 holds at most
@@ -73,10 +97,16 @@ Approximations (stated, not hidden):
   * Communication does not slow compute (on a GPU NCCL kernels do take SMs and memory
     bandwidth; on the 2-core VM the MPI progress thread competes with compute: that shows up
     as error in the check, it is not modelled).
+  * Bytes across nodes (StepResult.node_bytes, on a Cluster): what leaves each node's NIC per step.
+    A ring over ranks that span nodes crosses each NIC once per direction: what one rank sends.
+    hsdp: the shard group's collectives where the group spans nodes, plus min(G, gpus_per_node) x
+    one rank's replica all-reduce bytes (2(R-1)/R x its slice), where the replica ring spans nodes.
   * Memory (the largest batch that fits): model state by strategy as DataParallel holds it,
     activations autograd saves per token (counted from src/model/bert_qa.cpp's forward, with
     scaled_dot_product_attention's memory-efficient kernel: no seq x seq tensor kept), the weight
     copies the forward saves, fsdp's units in flight, and a workspace allowance (clusters.json).
+    hsdp holds fsdp's state over its shard group (16/G bytes per parameter, not 16/world), and
+    fsdp's units in flight.
     See results/scaling_model/README.md for the formulas.
 """
 
@@ -95,9 +125,11 @@ FIRST_BUCKET_MB = 1.0
 SPARSE_ROWS_MAX_FRACTION = 0.9  # DataParallelOptions::sparse_rows_max_fraction
 PROJECTION_GPUS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 BUCKET_CHOICES_MB = [1, 5, 10, 25, 50, 100]
-STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
+STRATEGIES = ["ddp", "zero1", "zero2", "fsdp", "hsdp"]
 REDUCE_SCATTER_STRATEGIES = ("zero1", "zero2")  # buckets reduce-scattered, parameters all-gathered after the step
-SHARDED_STRATEGIES = ("zero1", "zero2", "fsdp")  # the optimizer on 1/p of the state
+SHARDED_STRATEGIES = ("zero1", "zero2", "fsdp", "hsdp")  # the optimizer on a slice of the state (shard_ranks)
+UNIT_STRATEGIES = ("fsdp", "hsdp")  # the flat groups are the model's units, gathered in forward and backward
+CHECKED_STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")  # what `check` predicts from the test hosts' link fits
 PRECISIONS = ["bf16", "fp32"]
 # Bytes per element on the wire: --reduce-dtype (gradient reductions) and --param-dtype (fsdp's gathers).
 WIRE_BYTES = {"fp32": 4, "bf16": 2}
@@ -108,6 +140,20 @@ CONFIG_KEYS = ["hidden_size", "intermediate_size", "num_hidden_layers", "vocab_s
 
 class InputError(Exception):
     """Bad input: the message names the file and the problem."""
+
+
+def shard_ranks(strategy, p, group=None):
+    """The ranks a strategy shards its state over: none for ddp (1), every rank for zero1, zero2
+    and fsdp, the shard group for hsdp: `group` consecutive ranks (mpibert's --shard-group-size,
+    by default the ranks of a node), fewer when the job has fewer ranks than a group."""
+    if strategy == "hsdp":
+        if not group:
+            raise ValueError("hsdp needs its shard group size")
+        size = min(p, group)
+        if p % size:
+            raise ValueError(f"hsdp: shard groups of {size} do not divide {p} ranks")
+        return size
+    return p if strategy in SHARDED_STRATEGIES else 1
 
 
 # ----------------------------------------------------------------------------------------
@@ -385,6 +431,7 @@ class StepInput:
     embedding_rows: float = None  # ddp's sparse embedding exchange: the union's rows a step (None: dense)
     reduce_dtype: str = "fp32"    # --reduce-dtype: every gradient reduction (ddp's mask of rows stays fp32)
     param_dtype: str = "fp32"     # --param-dtype: fsdp's parameter gathers in forward and backward
+    shard_group: int = 0          # hsdp: the ranks a slice is sharded over (shard_ranks); the rest ignore it
 
 
 @dataclass
@@ -400,6 +447,8 @@ class StepResult:
     network_bytes: float = 0.0  # sent per rank per step, by the ring formulas' (p-1)/p factors
     collectives: int = 0     # per step, the sample-count all-reduce left out
     reduced_bytes: float = 0.0  # handed to gradient reductions per step, as results.json's gradient_bytes_reduced_per_rank
+    node_bytes: float = 0.0  # sent out of each node's NIC per step (a Cluster's nodes; 0 on one node or another network)
+    replica_seconds: float = 0.0  # hsdp: the all-reduces across the replicas per step, one after another
 
 
 def ring_bytes(op, n, p):
@@ -424,8 +473,9 @@ def exposed_communication(ready, durations, backward_end):
 
 def after_step_collectives(inp, groups, network):
     """zero1/zero2: the norm all-reduce (float64 per parameter), then every bucket's parameter
-    all-gather; fsdp: the norm all-reduce only. Returns (seconds, bytes sent, count)."""
-    p = inp.world
+    all-gather; fsdp: the norm all-reduce only; hsdp: the norm all-reduce over the shard group (the
+    replicas hold the same reduced slices). Returns (seconds, bytes sent, count)."""
+    p = shard_ranks(inp.strategy, inp.world, inp.shard_group)
     if inp.strategy not in SHARDED_STRATEGIES or p <= 1:
         return 0.0, 0.0, 0
     seconds = network.cost("all_reduce", 8 * inp.num_params, p)[0]
@@ -466,7 +516,48 @@ def simulate_step(inp, buckets, ready, network, sparse=None):
     step = inp.data + inp.forward + inp.backward + exposed + inp.optimizer + gather + bookkeeping
     return StepResult(step, exposed, gather, len(buckets), [c[1] for c in costs], tail=exposed,
                       forward=inp.forward, backward=inp.backward, network_bytes=sent,
-                      collectives=count + (len(sizes) if p > 1 else 0), reduced_bytes=sum(sizes) if p > 1 else 0.0)
+                      collectives=count + (len(sizes) if p > 1 else 0), reduced_bytes=sum(sizes) if p > 1 else 0.0,
+                      node_bytes=sent if spans_nodes(network, p) else 0.0)
+
+
+def spans_nodes(network, p):
+    """Whether p consecutive ranks span more than one node of a Cluster (False on other networks)."""
+    return isinstance(network, Cluster) and network.layout(p)[0] > 1
+
+
+class SharedLink:
+    """k ranks' concurrent all-reduces on one flat link: each as one all-reduce of k times its bytes."""
+
+    def __init__(self, network, k):
+        self.network, self.k = network, k
+
+    def cost(self, op, n, p):
+        return self.network.cost(op, self.k * n, p)
+
+
+def replica_network(network, group):
+    """What hsdp's all-reduces across the replicas (ranks r, r+G, r+2G, ...) run on. On a Cluster
+    with one NIC per node: a replica ring holds max(1, gpus_per_node / G) ranks of each node and
+    min(G, gpus_per_node) such rings cross a node's NIC at once (every rank all-reduces the same
+    unit's slice at the same moment), sharing it equally: a Cluster of that many GPUs per node whose
+    network is the NIC's rate / the rings sharing it. Latency and the ring/tree choice as Cluster's.
+    On another network (a fitted flat link): the group's all-reduces share the link (SharedLink)."""
+    if isinstance(network, Cluster):
+        sharing = min(group, network.gpus_per_node)
+        return dataclasses.replace(network, gpus_per_node=max(1, network.gpus_per_node // group),
+                                   net_Bps=network.net_Bps / sharing)
+    return SharedLink(network, group)
+
+
+def replica_node_bytes(network, group, replicas, per_rank):
+    """hsdp: what the replica all-reduces send out of each node's NIC: per_rank (one ring's bytes per
+    rank) x the rings that cross the NIC, where a ring spans nodes."""
+    if not isinstance(network, Cluster) or replicas <= 1:
+        return 0.0
+    per_node_in_ring = max(1, network.gpus_per_node // group)
+    if per_node_in_ring >= replicas:
+        return 0.0
+    return min(group, network.gpus_per_node) * per_rank
 
 
 class CommStream:
@@ -494,19 +585,40 @@ def fsdp_forward(start, stream, gather, compute):
     return t
 
 
-def fsdp_backward(start, stream, gather, reduce, compute):
+def fsdp_backward(start, stream, gather, reduce, compute, trace=None):
     """From the last unit (kept whole since forward) to the first: wait for the unit's gather,
     issue the gather of the unit before it, compute, issue the unit's reduce-scatter: the plan
-    G(U-2), R(U-1), G(U-3), R(U-2), ..., G(0), R(1), R(0). Returns the end of backward."""
+    G(U-2), R(U-1), G(U-3), R(U-2), ..., G(0), R(1), R(0). Returns the end of backward.
+    `trace` (a dict), where given, gets "polls": the moments mpibert issues from the plan (a unit's
+    backward starting, its gradients complete), and "reduced": (unit, end of its reduce-scatter) in
+    issue order."""
     last = len(compute) - 1
     gathered, t = {last: start}, start
+    polls, reduced = [], []
     for u in range(last, -1, -1):
         t = max(t, gathered[u])
         if u > 0:
             gathered[u - 1] = stream.run(t, gather[u - 1])
+            polls.append(t)
         t += compute[u]
-        stream.run(t, reduce[u])
+        reduced.append((u, stream.run(t, reduce[u])))
+        polls.append(t)
+    if trace is not None:
+        trace.update(polls=polls, reduced=reduced)
     return t
+
+
+def replica_all_reduces(trace, end, stream, seconds):
+    """hsdp's all-reduces across the replicas (ShardedGradients::all_reduce_across_replicas), in the
+    order of the reduce-scatters: each issued at the first moment the plan is issued from (trace's
+    polls) at which its reduce-scatter has ended, not before the one ahead of it; those not issued
+    by the end of backward at max(end, its reduce-scatter's end) (closed() waits for each). They run
+    on the replicas' communicator, a stream of its own. Returns the end of the last."""
+    issued = 0.0
+    for u, done in trace["reduced"]:
+        issued = max(issued, next((t for t in trace["polls"] if t >= done), max(end, done)))
+        stream.run(issued, seconds[u])
+    return stream.free
 
 
 def fsdp_bytes_per_micro_batch(units, p, param_dtype="fp32", reduce_dtype="fp32"):
@@ -518,49 +630,72 @@ def fsdp_bytes_per_micro_batch(units, p, param_dtype="fp32", reduce_dtype="fp32"
 
 
 def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
-    """fsdp: forward and backward of each micro-batch on one timeline with one comm stream
-    (accumulation too: fsdp communicates on every micro-batch)."""
+    """fsdp, and hsdp: forward and backward of each micro-batch on one timeline, the shard group's
+    collectives on one comm stream (accumulation too: both communicate on every micro-batch).
+    hsdp: the units are gathered and reduce-scattered over its shard group of G ranks (on a Cluster
+    with G <= gpus_per_node: NVLink only), then each unit's slice is all-reduced across the R =
+    world / G replicas on a second stream (replica_all_reduces, replica_network); the micro-batch's
+    backward is closed once both streams are done (gradient_sync for the last micro-batch, the next
+    micro-batch's backward for the others: Fsdp::begin_backward closes the one before)."""
     p = inp.world
-    if p <= 1:
+    g = shard_ranks(inp.strategy, p, inp.shard_group) if inp.strategy == "hsdp" else p
+    r = p // g
+    if g <= 1:
         gather = reduce = [0.0] * len(units)
     else:
-        gather = [network.cost("all_gather", u.wire_bytes(inp.param_dtype), p)[0] for u in units]
-        reduce = [network.cost("reduce_scatter", u.wire_bytes(inp.reduce_dtype), p)[0] for u in units]
+        gather = [network.cost("all_gather", u.wire_bytes(inp.param_dtype), g)[0] for u in units]
+        reduce = [network.cost("reduce_scatter", u.wire_bytes(inp.reduce_dtype), g)[0] for u in units]
+    slices = [u.wire_bytes(inp.reduce_dtype) / g for u in units]  # a rank's slice of each unit
+    across = replica_network(network, g) if r > 1 else None
+    replica = [across.cost("all_reduce", n, r)[0] for n in slices] if r > 1 else []
     fwd = [inp.forward / micro_batches * s for s in shares]
     bwd = [inp.backward / micro_batches * s for s in shares]
-    stream, t, forward, backward = CommStream(), 0.0, 0.0, 0.0
+    stream, replicas, t, forward, backward = CommStream(), CommStream(), 0.0, 0.0, 0.0
+    closing = 0.0  # hsdp: when the micro-batch before may be closed (its all-reduces across replicas done)
     for _ in range(micro_batches):
         t += inp.data / micro_batches
         end = fsdp_forward(t, stream, gather, fwd)
         forward += end - t
-        t = fsdp_backward(end, stream, gather, reduce, bwd)
+        start = max(end, closing)  # begin_backward closes the micro-batch before
+        trace = {}
+        t = fsdp_backward(start, stream, gather, reduce, bwd, trace)
         backward += t - end
-    tail = max(0.0, stream.free - t)
-    after, sent, count = after_step_collectives(inp, units, network)
+        if r > 1:
+            closing = replica_all_reduces(trace, t, replicas, replica)
+    tail = max(0.0, stream.free - t, replicas.free - t)
+    after, after_sent, count = after_step_collectives(inp, units, network)
     bookkeeping = network.cost("all_reduce", 16, p)[0]
     step = inp.data + forward + backward + tail + inp.optimizer + after + bookkeeping
     exposed = forward + backward + tail - inp.forward - inp.backward
-    sent += micro_batches * fsdp_bytes_per_micro_batch(units, p, inp.param_dtype, inp.reduce_dtype)
-    reduced = micro_batches * sum(u.wire_bytes(inp.reduce_dtype) for u in units) if p > 1 else 0.0
-    return StepResult(step, exposed, after, len(units), ["ring"] * len(units) if p > 1 else [], tail=tail,
+    group_bytes = after_sent + micro_batches * fsdp_bytes_per_micro_batch(units, g, inp.param_dtype, inp.reduce_dtype)
+    replica_bytes = micro_batches * sum(ring_bytes("all_reduce", n, r) for n in slices)
+    sent = group_bytes + replica_bytes
+    reduced = micro_batches * sum(u.wire_bytes(inp.reduce_dtype) for u in units) if g > 1 else 0.0
+    reduced += micro_batches * sum(slices) if r > 1 else 0.0
+    node = (group_bytes if spans_nodes(network, g) else 0.0) + replica_node_bytes(network, g, r, replica_bytes)
+    algorithms = (["ring"] * len(units) if g > 1 else []) + \
+        ([across.cost("all_reduce", n, r)[1] for n in slices] if r > 1 else [])
+    return StepResult(step, exposed, after, len(units), algorithms, tail=tail,
                       forward=forward, backward=backward, network_bytes=sent,
-                      collectives=count + (stream.count if p > 1 else 0), reduced_bytes=reduced)
+                      collectives=count + (stream.count if g > 1 else 0) + replicas.count, reduced_bytes=reduced,
+                      node_bytes=node, replica_seconds=micro_batches * sum(replica))
 
 
-def strategy_groups(config, strategy, bucket_mb, world, sparse_embedding=False):
-    """The parameters and the flat groups mpibert makes for them: buckets, or fsdp's units."""
+def strategy_groups(config, strategy, bucket_mb, world, sparse_embedding=False, group=None):
+    """The parameters and the flat groups mpibert makes for them: buckets, or fsdp's and hsdp's
+    units (hsdp's padded to a multiple of its shard group, `group`)."""
     params = parameter_list(config)
-    if strategy == "fsdp":
-        return params, build_units(params, world, config["num_hidden_layers"])
+    if strategy in UNIT_STRATEGIES:
+        return params, build_units(params, shard_ranks(strategy, world, group), config["num_hidden_layers"])
     return params, build_buckets([q.numel for q in params], bucket_mb, world, sparse_embedding=sparse_embedding)
 
 
 def simulate(config, seq_len, inp, bucket_mb, network, micro_batches=1):
     """One step of `inp.strategy` (StepResult)."""
     sparse_group = inp.strategy == "ddp" and inp.embedding_rows is not None and inp.world > 1
-    params, groups = strategy_groups(config, inp.strategy, bucket_mb, inp.world, sparse_group)
+    params, groups = strategy_groups(config, inp.strategy, bucket_mb, inp.world, sparse_group, inp.shard_group)
     costs = backward_costs(params, config, seq_len)
-    if inp.strategy == "fsdp":
+    if inp.strategy in UNIT_STRATEGIES:
         return simulate_fsdp_step(inp, groups, group_shares(groups, costs), network, micro_batches)
     ready = bucket_ready_times(groups, ready_times(costs, inp.backward))
     sparse = sparse_exchange_bytes(config, inp.embedding_rows, inp.reduce_dtype) if sparse_group else None
@@ -723,6 +858,10 @@ def load_run(directory):
     if abs(float(link["bucket_mb"]) - bucket_mb) > 1e-9:
         raise InputError(f"{link_path}: bucket_mb {link['bucket_mb']} but {results_path} says {bucket_mb}")
     config = check_config(require(parameters, "model", results_path, dict), results_path + " parameters.model")
+    if strategy == "hsdp":
+        raise InputError(f"{results_path}: an hsdp run: `check` does not predict hsdp (its shard group's collectives "
+                         "run inside a test host, over loopback, which no link benchmark here measures); `project` "
+                         "models it")
     if strategy not in STRATEGIES:
         raise InputError(f"{results_path}: parallel.strategy '{strategy}' is none of {', '.join(STRATEGIES)}")
     dtypes = {key: wire_dtype(link, parallel, key, link_path, results_path) for key in ("reduce_dtype", "param_dtype")}
@@ -1086,7 +1225,7 @@ def write_check(measured, out, plot=True, reduced_precision=None):
                   "`steady_state_bytes` over ranks) against `held_between_steps` (README, Memory).", ""]
         lines += memory + [""]
     lines += ["## Errors", ""] + error_summary(rows) + [""]
-    missing = [s for s in STRATEGIES if not any(r.run.strategy == s for r in rows)]
+    missing = [s for s in CHECKED_STRATEGIES if not any(r.run.strategy == s for r in rows)]
     if missing:
         lines += [f"No measured run of: {', '.join(missing)}.", ""]
     extra = []
@@ -1107,12 +1246,15 @@ def write_check(measured, out, plot=True, reduced_precision=None):
 # ----------------------------------------------------------------------------------------
 # Memory per GPU
 
-def state_bytes_per_param(strategy, p):
+def state_bytes_per_param(strategy, p, group=None):
     """(parameters, gradients, optimizer state) bytes per parameter a rank holds, fp32 + AdamW, as
     DataParallel allocates them. zero1 keeps the full gradient buckets and its reduced slices;
     zero2 holds a bucket's full gradient only from its first gradient to the end of its
     reduce-scatter (ZERO2_BUCKETS_IN_FLIGHT during backward). fsdp holds slices only; its whole units
-    in flight are counted apart (units_in_flight)."""
+    in flight are counted apart (units_in_flight). hsdp: fsdp's over its shard group of `group`
+    ranks (the all-reduce across the replicas works in place on the slice)."""
+    if strategy == "hsdp":
+        strategy, p = "fsdp", shard_ranks("hsdp", p, group)
     if p <= 1:
         return 4.0, 4.0, 8.0
     return {"ddp": (4.0, 4.0, 8.0), "zero1": (4.0, 4.0 + 4 / p, 8 / p),
@@ -1125,17 +1267,19 @@ def state_bytes_per_param(strategy, p):
 ZERO2_BUCKETS_IN_FLIGHT = 2 * 25 * MIB
 
 
-def held_between_steps(config, strategy, world, bucket_mb):
+def held_between_steps(config, strategy, world, bucket_mb, group=None):
     """Bytes a rank holds between steps, as DataParallel::memory_footprint counts them: flat
-    buffers padded to a multiple of the ranks; sharded optimizer state of a whole slice (rank 0's)."""
-    params, groups = strategy_groups(config, strategy, bucket_mb, world)
+    buffers padded to a multiple of the ranks (hsdp: of its shard group); sharded optimizer state of
+    a whole slice (rank 0's)."""
+    params, groups = strategy_groups(config, strategy, bucket_mb, world, group=group)
     n = sum(q.numel for q in params)
-    if world <= 1:
+    ranks = shard_ranks(strategy, world, group) if strategy == "hsdp" else world
+    if ranks <= 1:
         return 16 * n
     padded = sum(g.numel for g in groups)
-    shard = padded // world
+    shard = padded // ranks
     return {"ddp": 16 * n + 4 * (padded - n), "zero1": 8 * padded + 12 * shard,
-            "zero2": 4 * padded + 12 * shard, "fsdp": 16 * shard}[strategy]
+            "zero2": 4 * padded + 12 * shard, "fsdp": 16 * shard, "hsdp": 16 * shard}[strategy]
 
 
 def activation_bytes_per_token(config, precision):
@@ -1198,34 +1342,35 @@ def units_in_flight(units, u):
     return 2 * whole[u] + before + after
 
 
-def peak_candidates(config, strategy, p, seq_len, precision, checkpointing=False):
+def peak_candidates(config, strategy, p, seq_len, precision, checkpointing=False, group=None):
     """The moments that can hold the most, as (activation bytes per sample, model state, saved weight
     copies, fsdp's units in flight): the start of backward (model state as then held, everything the
     forward saved); fsdp: each position u of the backward (units 0..u still saved, units in flight).
     With checkpointing, one layer's recompute on top of what the layers kept (counted at every
-    moment: the last layer's comes right after the QA head's backward)."""
-    state = sum(state_bytes_per_param(strategy, p)) * total_params(config)
+    moment: the last layer's comes right after the QA head's backward). hsdp: fsdp's over its shard
+    group of `group` ranks."""
+    state = sum(state_bytes_per_param(strategy, p, group)) * total_params(config)
     saved = saved_bytes_per_unit(config, precision, seq_len, checkpointing)
     extra_a, extra_c = recomputed_layer(config, precision, seq_len, checkpointing)
-    if strategy != "fsdp":
+    if strategy not in UNIT_STRATEGIES:
         flight = ZERO2_BUCKETS_IN_FLIGHT if strategy == "zero2" and p > 1 else 0
         return [(sum(a for a, _ in saved) + extra_a, state, sum(c for _, c in saved) + extra_c, flight)]
-    units = build_units(parameter_list(config), p, config["num_hidden_layers"])
+    units = build_units(parameter_list(config), shard_ranks(strategy, p, group), config["num_hidden_layers"])
     return [(sum(a for a, _ in saved[:u + 1]) + extra_a, state, sum(c for _, c in saved[:u + 1]) + extra_c,
              units_in_flight(units, u)) for u in range(len(units))]
 
 
-def peak_memory_terms(config, strategy, p, seq_len, precision, checkpointing=False):
+def peak_memory_terms(config, strategy, p, seq_len, precision, checkpointing=False, group=None):
     """The most a rank holds during a step is max over terms of (per_sample x batch + fixed) bytes."""
     return [(a, state + copies + flight)
-            for a, state, copies, flight in peak_candidates(config, strategy, p, seq_len, precision, checkpointing)]
+            for a, state, copies, flight in peak_candidates(config, strategy, p, seq_len, precision, checkpointing, group)]
 
 
-def peak_breakdown(config, strategy, p, batch, seq_len, precision):
+def peak_breakdown(config, strategy, p, batch, seq_len, precision, group=None):
     """The peak's parts (bytes) at `batch`: {state, activations, weight copies, units in flight}."""
-    a, state, copies, flight = max(peak_candidates(config, strategy, p, seq_len, precision),
+    a, state, copies, flight = max(peak_candidates(config, strategy, p, seq_len, precision, group=group),
                                    key=lambda c: c[0] * batch + c[1] + c[2] + c[3])
-    return {"model state": state, "activations": a * batch, "saved weight copies": copies, "fsdp units in flight": flight}
+    return {"model state": state, "activations": a * batch, "saved weight copies": copies, "fsdp/hsdp units in flight": flight}
 
 
 def peak_memory_bytes(terms, batch):
@@ -1321,12 +1466,14 @@ class Compute:
     data: float
 
 
-def gpu_compute(raw, gpu, config, base_config, path):
-    """One GPU's step at the workload's batch: bert-base from the reference throughput; the
-    optimizer from HBM bandwidth; bert-large scaled by the parameter (6*params*tokens) ratio."""
+def gpu_compute(raw, gpu, config, base_config, path, samples_per_s=None):
+    """One GPU's step at the workload's batch: bert-base from the reference throughput (or
+    `samples_per_s`, bert-base's samples/s at that batch); the optimizer from HBM bandwidth;
+    bert-large scaled by the parameter (6*params*tokens) ratio."""
     g, opt, split = raw["gpus"][gpu], raw["optimizer"], raw["compute_split"]
     batch = raw["workload"]["batch_per_gpu"]
-    step_base = batch / value(g["step_samples_per_s"], path, "step_samples_per_s")
+    rate = samples_per_s if samples_per_s is not None else value(g["step_samples_per_s"], path, "step_samples_per_s")
+    step_base = batch / rate
     bytes_per_param = value(opt["bytes_per_param"], path, "bytes_per_param")
     bandwidth = value(g["hbm_GBps"], path, "hbm_GBps") * 1e9 * value(opt["hbm_efficiency"], path, "hbm_efficiency")
     base_params, params = total_params(base_config), total_params(config)
@@ -1371,10 +1518,12 @@ def load_embedding_rows(raw, path):
 
 def project_point(config, compute, cluster, p, strategy, bucket_mb, seq_len, embedding_rows=None,
                   reduce_dtype="fp32", param_dtype="fp32"):
-    """`embedding_rows`: ddp's sparse exchange sends that many rows (None: the embedding dense)."""
-    optimizer = compute.optimizer / p if strategy in SHARDED_STRATEGIES else compute.optimizer
+    """`embedding_rows`: ddp's sparse exchange sends that many rows (None: the embedding dense).
+    hsdp's shard group is a node's GPUs (mpibert's default), fewer on fewer GPUs."""
+    group = cluster.gpus_per_node
+    optimizer = compute.optimizer / shard_ranks(strategy, p, group)
     inp = StepInput(compute.data, compute.forward, compute.backward, optimizer, strategy, p, len(parameter_list(config)),
-                    embedding_rows if strategy == "ddp" else None, reduce_dtype, param_dtype)
+                    embedding_rows if strategy == "ddp" else None, reduce_dtype, param_dtype, group)
     return simulate(config, seq_len, inp, bucket_mb, cluster)
 
 
@@ -1384,10 +1533,10 @@ def at_batch(compute, factor):
     return Compute(compute.forward * factor, compute.backward * factor, compute.optimizer, compute.data * factor)
 
 
-def compute_seconds(compute, strategy, p):
-    """What one step computes (no communication) under `strategy` on p GPUs."""
-    optimizer = compute.optimizer / p if strategy in SHARDED_STRATEGIES else compute.optimizer
-    return compute.data + compute.forward + compute.backward + optimizer
+def compute_seconds(compute, strategy, p, group):
+    """What one step computes (no communication) under `strategy` on p GPUs (hsdp: shard groups of
+    `group`, a node's GPUs in the projections)."""
+    return compute.data + compute.forward + compute.backward + compute.optimizer / shard_ranks(strategy, p, group)
 
 
 @dataclass
@@ -1411,13 +1560,13 @@ class Projection:
 # touched rows?, reduce dtype, param dtype).
 WIRE_VARIANTS = [("ddp bf16", "ddp", True, "bf16", "fp32"), ("ddp dense bf16", "ddp", False, "bf16", "fp32"),
                  ("zero2 bf16", "zero2", True, "bf16", "fp32"), ("fsdp bf16", "fsdp", True, "bf16", "fp32"),
-                 ("fsdp bf16 gathers", "fsdp", True, "bf16", "bf16")]
+                 ("fsdp bf16 gathers", "fsdp", True, "bf16", "bf16"), ("hsdp bf16", "hsdp", True, "bf16", "fp32")]
 
 
-def fastest_option(config, compute, cluster, p, seq_len, fsdp, rows):
+def fastest_option(config, compute, cluster, p, seq_len, fsdp, rows, hsdp=None):
     """The fastest of ddp (sparse embedding exchange) and zero1/zero2 (same collectives, same time)
-    x bucket sizes, and fsdp."""
-    options = [(fsdp, "fsdp")]
+    x bucket sizes, fsdp and hsdp (units: no buckets)."""
+    options = [(fsdp, "fsdp")] + ([(hsdp, "hsdp")] if hsdp is not None else [])
     for strategy, label in (("ddp", "ddp"), ("zero1", "zero1/zero2")):
         options += [(project_point(config, compute, cluster, p, strategy, mb, seq_len, rows), f"{label} {mb} MiB")
                     for mb in BUCKET_CHOICES_MB]
@@ -1438,7 +1587,8 @@ def run_projections(raw, configs, path):
                     rows = embedding_rows.for_global_batch(batch * p)
                     by_strategy = {s: project_point(config, compute, cluster, p, s, 25, seq_len, rows) for s in STRATEGIES}
                     by_strategy["ddp dense"] = project_point(config, compute, cluster, p, "ddp", 25, seq_len)
-                    best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"], rows)
+                    best, label = fastest_option(config, compute, cluster, p, seq_len, by_strategy["fsdp"], rows,
+                                                 by_strategy["hsdp"])
                     if p == 1:
                         label = "(no communication)"
                     wire = {name: project_point(config, compute, cluster, p, strategy, 25, seq_len,
@@ -1510,14 +1660,15 @@ def sparse_embedding_table(projections, configs):
 def exposed_ms(pr, strategy, result=None):
     """Everything in the step that is not compute (communication the step waits for), ms."""
     result = result or pr.strategies[strategy]
-    return (result.step - compute_seconds(pr.compute, strategy, pr.p)) * 1e3
+    return (result.step - compute_seconds(pr.compute, strategy, pr.p, pr.cluster.gpus_per_node)) * 1e3
 
 
 def wire_dtype_table(projections):
     """Efficiency with fp32 and with bf16 on the wire, 25 MiB buckets, at 64 and 512 GPUs."""
     lines = ["| model | GPU | network | GPUs | ddp | ddp, embedding dense | zero1/zero2 | "
-             "fsdp: fp32 → bf16 reduce → also bf16 gathers | ddp exposed (ms) | MB sent per GPU per step: ddp | fsdp |",
-             "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- |"]
+             "fsdp: fp32 → bf16 reduce → also bf16 gathers | hsdp: fp32 → bf16 reduce | ddp exposed (ms) | "
+             "MB sent per GPU per step: ddp | fsdp | hsdp |",
+             "| --- | --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for pr in projections:
         if pr.p not in (64, 512):
             continue
@@ -1527,10 +1678,12 @@ def wire_dtype_table(projections):
         lines.append(f"| {pr.model} | {pr.gpu} | {pr.net} | {pr.p} | {eff(st['ddp'])} → {eff(w['ddp bf16'])} | "
                      f"{eff(st['ddp dense'])} → {eff(w['ddp dense bf16'])} | {eff(st['zero2'])} → {eff(w['zero2 bf16'])} | "
                      f"{eff(st['fsdp'])} → {eff(w['fsdp bf16'])} → {eff(w['fsdp bf16 gathers'])} | "
+                     f"{eff(st['hsdp'])} → {eff(w['hsdp bf16'])} | "
                      f"{exposed_ms(pr, 'ddp'):.1f} → {exposed_ms(pr, 'ddp', w['ddp bf16']):.1f} | "
                      f"{st['ddp'].network_bytes / 1e6:.0f} → {w['ddp bf16'].network_bytes / 1e6:.0f} | "
                      f"{st['fsdp'].network_bytes / 1e6:.0f} → {w['fsdp bf16'].network_bytes / 1e6:.0f} → "
-                     f"{w['fsdp bf16 gathers'].network_bytes / 1e6:.0f} |")
+                     f"{w['fsdp bf16 gathers'].network_bytes / 1e6:.0f} | "
+                     f"{st['hsdp'].network_bytes / 1e6:.0f} → {w['hsdp bf16'].network_bytes / 1e6:.0f} |")
     return lines
 
 
@@ -1596,29 +1749,31 @@ def strategy_tables(projections):
         lines += [f"### {model}, {gpu}, {net}: strategies", "",
                   "| GPUs | ddp step (ms) | ddp eff. | ddp exposed (ms) | zero1/zero2 step (ms) | zero1/zero2 eff. | "
                   "zero1/zero2 exposed (ms) | fsdp step (ms) | fsdp eff. | fsdp exposed (ms): forward / backward / after | "
-                  "MB sent per GPU per step: ddp / zero / fsdp |",
-                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+                  "hsdp step (ms) | hsdp eff. | hsdp exposed (ms) | MB sent per GPU per step: ddp / zero / fsdp / hsdp |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
         for pr in rows:
-            d, z, f = (pr.strategies[s] for s in ("ddp", "zero2", "fsdp"))
+            d, z, f, h = (pr.strategies[s] for s in ("ddp", "zero2", "fsdp", "hsdp"))
             fw, bw, after = fsdp_exposed_split(pr)
             lines.append(f"| {pr.p} | {d.step * 1e3:.1f} | {pr.one_gpu / d.step:.3f} | {exposed_ms(pr, 'ddp'):.1f} | "
                          f"{z.step * 1e3:.1f} | {pr.one_gpu / z.step:.3f} | {exposed_ms(pr, 'zero2'):.1f} | "
                          f"{f.step * 1e3:.1f} | {pr.one_gpu / f.step:.3f} | {fw:.1f} / {bw:.1f} / {after:.1f} | "
-                         f"{d.network_bytes / 1e6:.0f} / {z.network_bytes / 1e6:.0f} / {f.network_bytes / 1e6:.0f} |")
+                         f"{h.step * 1e3:.1f} | {pr.one_gpu / h.step:.3f} | {exposed_ms(pr, 'hsdp'):.1f} | "
+                         f"{d.network_bytes / 1e6:.0f} / {z.network_bytes / 1e6:.0f} / {f.network_bytes / 1e6:.0f} / "
+                         f"{h.network_bytes / 1e6:.0f} |")
         lines.append("")
     return lines
 
 
 def strategy_summary(projections):
-    lines = ["| model | GPU | network | efficiency at 64 GPUs: ddp / zero2 / fsdp | at 512 GPUs: ddp / zero2 / fsdp | "
-             "fsdp exposed at 512 (ms): forward / backward / after |",
+    lines = ["| model | GPU | network | efficiency at 64 GPUs: ddp / zero2 / fsdp / hsdp | at 512 GPUs: ddp / zero2 / "
+             "fsdp / hsdp | fsdp exposed at 512 (ms): forward / backward / after |",
              "| --- | --- | --- | --- | --- | --- |"]
     groups = {}
     for pr in projections:
         groups.setdefault((pr.model, pr.gpu, pr.net), {})[pr.p] = pr
     for (model, gpu, net), by_p in groups.items():
-        cells = [" / ".join(f"{by_p[p].one_gpu / by_p[p].strategies[s].step:.3f}" for s in ("ddp", "zero2", "fsdp"))
-                 for p in (64, 512)]
+        cells = [" / ".join(f"{by_p[p].one_gpu / by_p[p].strategies[s].step:.3f}"
+                            for s in ("ddp", "zero2", "fsdp", "hsdp")) for p in (64, 512)]
         split = " / ".join(f"{x:.1f}" for x in fsdp_exposed_split(by_p[512]))
         lines.append(f"| {model} | {gpu} | {net} | {cells[0]} | {cells[1]} | {split} |")
     return lines
@@ -1629,22 +1784,249 @@ def traffic_paragraph(projections, configs):
     lines = []
     for model, config in configs.items():
         pr = next(x for x in projections if x.model == model and x.p == 64)
-        d, z, f = (pr.strategies[s].network_bytes for s in ("ddp", "zero2", "fsdp"))
-        counts = [pr.strategies[s].collectives for s in ("ddp", "zero2", "fsdp")]
+        d, z, f, h = (pr.strategies[s].network_bytes for s in ("ddp", "zero2", "fsdp", "hsdp"))
+        counts = [pr.strategies[s].collectives for s in ("ddp", "zero2", "fsdp", "hsdp")]
         lines.append(f"- {model} ({total_params(config):,} parameters, {4 * total_params(config) / 1e6:.0f} MB of fp32), "
-                     f"64 GPUs: ddp {d / 1e6:.0f} MB, zero1/zero2 {z / 1e6:.0f} MB, fsdp {f / 1e6:.0f} MB per GPU per step "
-                     f"(fsdp / ddp = {f / d:.3f}); collectives per step: ddp {counts[0]}, zero1/zero2 {counts[1]}, "
-                     f"fsdp {counts[2]}.")
+                     f"64 GPUs: ddp {d / 1e6:.0f} MB, zero1/zero2 {z / 1e6:.0f} MB, fsdp {f / 1e6:.0f} MB, hsdp "
+                     f"{h / 1e6:.0f} MB ({pr.strategies['hsdp'].node_bytes / 8e6:.0f} MB of it across the nodes) per GPU "
+                     f"per step (fsdp / ddp = {f / d:.3f}); collectives per step: ddp {counts[0]}, zero1/zero2 {counts[1]}, "
+                     f"fsdp {counts[2]}, hsdp {counts[3]}.")
     return lines
+
+
+# ----------------------------------------------------------------------------------------
+# project: hsdp beside ddp and fsdp at the measured and the target step (projection-hsdp.md)
+
+HSDP_STRATEGIES = ("ddp", "fsdp", "hsdp")
+
+
+@dataclass
+class HsdpPoint:
+    model: str
+    rate: str       # clusters.json hsdp_projection.rates' label
+    nodes: int
+    net: str
+    p: int
+    compute: Compute
+    one_gpu: float  # one GPU's step, no communication (the efficiency's numerator)
+    results: dict   # (strategy, reduce dtype, batch factor) -> StepResult
+    one_gpu_by_factor: dict = field(default_factory=dict)  # batch factor -> one GPU's step at that batch
+    cluster: Cluster = None
+
+
+def load_hsdp_projection(raw, path):
+    spec = require(raw, "hsdp_projection", path, dict)
+    where = f"{path} (hsdp_projection)"
+    gpu = require(spec, "gpu", where, str)
+    if gpu not in raw["gpus"]:
+        raise InputError(f"{path}: hsdp_projection.gpu '{gpu}' is not in 'gpus'")
+    networks = require(spec, "networks", where, list)
+    for net in networks:
+        if net not in raw["networks"]:
+            raise InputError(f"{path}: hsdp_projection.networks: '{net}' is not in 'networks'")
+    nodes = require(spec, "nodes", where, list)
+    rates = {}
+    for label, entry in require(spec, "rates", where, dict).items():
+        rate = require(entry, "samples_per_s", f"{where} rates.{label}")
+        if require(entry, "batch", f"{where} rates.{label}", int) != raw["workload"]["batch_per_gpu"]:
+            raise InputError(f"{path}: hsdp_projection.rates.{label}.batch is not the workload's batch_per_gpu")
+        rates[label] = float(rate)
+    return gpu, networks, [int(n) for n in nodes], rates
+
+
+# What hsdp's projection tries besides fp32 at batch 32: (label, reduce dtype, param dtype, batch factor).
+HSDP_VARIANTS = [("fp32", "fp32", "fp32", 1), ("bf16 reduce", "bf16", "fp32", 1),
+                 ("bf16 reduce, batch 64", "bf16", "fp32", 2)]
+
+
+def run_hsdp_projections(raw, configs, path):
+    gpu, networks, node_counts, rates = load_hsdp_projection(raw, path)
+    seq_len, batch = raw["workload"]["seq_len"], raw["workload"]["batch_per_gpu"]
+    per_node = node_gpus(raw, path)
+    embedding_rows = load_embedding_rows(raw, path)
+    points = []
+    for model, config in configs.items():
+        for label, rate in rates.items():
+            compute = gpu_compute(raw, gpu, config, configs["bert-base"], path, samples_per_s=rate)
+            for nodes in node_counts:
+                for net in networks:
+                    cluster, p = make_cluster(raw, gpu, net, path), nodes * per_node
+                    results, ones = {}, {}
+                    for _, reduce, param, factor in HSDP_VARIANTS:
+                        scaled = at_batch(compute, factor)
+                        ones[factor] = project_point(config, scaled, cluster, 1, "ddp", 25, seq_len).step
+                        rows = embedding_rows.for_global_batch(batch * factor * p)
+                        for strategy in HSDP_STRATEGIES:
+                            results[(strategy, reduce, factor)] = project_point(
+                                config, scaled, cluster, p, strategy, 25, seq_len, rows, reduce,
+                                "bf16" if strategy in UNIT_STRATEGIES and reduce == "bf16" else param)
+                    points.append(HsdpPoint(model, label, nodes, net, p, compute, ones[1], results, ones, cluster))
+    return points, per_node
+
+
+def hsdp_table(points, batch, per_node):
+    lines = [f"| model | compute, samples/s per GPU | GPUs | network | strategy | step (ms) | samples/s | efficiency | "
+             "exposed (ms) | inter-node MB per step per node |",
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for pt in points:
+        for strategy in HSDP_STRATEGIES:
+            r = pt.results[(strategy, "fp32", 1)]
+            exposed = r.step - compute_seconds(pt.compute, strategy, pt.p, per_node)
+            lines.append(f"| {pt.model} | {pt.rate} | {pt.nodes}x{per_node} | {pt.net} | {strategy} | {r.step * 1e3:.1f} | "
+                         f"{batch * pt.p / r.step:,.0f} | {pt.one_gpu / r.step:.3f} | {exposed * 1e3:.1f} | "
+                         f"{r.node_bytes / 1e6:.0f} |")
+    return lines
+
+
+def hsdp_wins_table(points):
+    """Efficiency with bf16 reductions (fsdp: bf16 gathers too) and with batch 64, per strategy."""
+    lines = ["| model | compute, samples/s per GPU | GPUs | network | " +
+             " | ".join(f"{s}: fp32 → bf16 → bf16 batch 64" for s in HSDP_STRATEGIES) + " |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in HSDP_STRATEGIES) + " |"]
+    for pt in points:
+        cells = [" → ".join(f"{pt.one_gpu_by_factor[factor] / pt.results[(s, reduce, factor)].step:.3f}"
+                            for _, reduce, _, factor in HSDP_VARIANTS) for s in HSDP_STRATEGIES]
+        lines.append(f"| {pt.model} | {pt.rate} | {pt.nodes}x{pt.p // pt.nodes} | {pt.net} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def hsdp_breakdown(points, per_node):
+    """Where hsdp's communication goes at fp32, batch 32: the units' gathers and reduce-scatters
+    inside the node, the all-reduces across the nodes, against the backward."""
+    lines = ["| model | compute, samples/s per GPU | GPUs | network | backward (ms) | hsdp's all-reduces across nodes, "
+             "one after another (ms) | hsdp exposed: forward / backward / after backward (ms) | "
+             "ddp exposed (ms) | fsdp exposed (ms) |",
+             "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: |"]
+    for pt in points:
+        h = pt.results[("hsdp", "fp32", 1)]
+        fw, bw = h.forward - pt.compute.forward, h.backward - pt.compute.backward
+        after = h.step - compute_seconds(pt.compute, "hsdp", pt.p, per_node) - fw - bw
+        exposed = {s: (pt.results[(s, "fp32", 1)].step - compute_seconds(pt.compute, s, pt.p, per_node)) * 1e3
+                   for s in ("ddp", "fsdp")}
+        lines.append(f"| {pt.model} | {pt.rate} | {pt.nodes}x{per_node} | {pt.net} | {pt.compute.backward * 1e3:.1f} | "
+                     f"{h.replica_seconds * 1e3:.1f} | {fw * 1e3:.1f} / {bw * 1e3:.1f} / {after * 1e3:.1f} | "
+                     f"{exposed['ddp']:.1f} | {exposed['fsdp']:.1f} |")
+    return lines
+
+
+def find_hsdp_point(points, model, rate, nodes, net):
+    return next(pt for pt in points if (pt.model, pt.rate, pt.nodes, pt.net) == (model, rate, nodes, net))
+
+
+def hsdp_summary(points, configs, per_node):
+    """The paragraph at the top of projection-hsdp.md, from the numbers below it."""
+    rates = list(dict.fromkeys(pt.rate for pt in points))
+    nodes, nets = max(pt.nodes for pt in points), min(dict.fromkeys(pt.net for pt in points))
+    lines = []
+    for model in configs:
+        cells = []
+        for rate in rates:
+            pt = find_hsdp_point(points, model, rate, nodes, nets)
+            eff = {s: pt.one_gpu / pt.results[(s, "fp32", 1)].step for s in HSDP_STRATEGIES}
+            cells.append(f"at {rate} samples/s per GPU ddp {eff['ddp']:.3f}, fsdp {eff['fsdp']:.3f}, hsdp {eff['hsdp']:.3f}")
+        pt = find_hsdp_point(points, model, rates[-1], nodes, nets)
+        wins = {s: pt.one_gpu_by_factor[2] / pt.results[(s, "bf16", 2)].step for s in HSDP_STRATEGIES}
+        bf16 = {s: pt.one_gpu / pt.results[(s, "bf16", 1)].step for s in HSDP_STRATEGIES}
+        h, f, d = (pt.results[(s, "fp32", 1)] for s in ("hsdp", "fsdp", "ddp"))
+        lines.append(f"- {model}, {nodes}x{per_node} H100 over {nets}: efficiency " + "; ".join(cells) +
+                     f". At {rates[-1]}: bf16 reductions give ddp {bf16['ddp']:.3f}, fsdp (bf16 gathers too) "
+                     f"{bf16['fsdp']:.3f}, hsdp {bf16['hsdp']:.3f}; with batch 64 as well ddp {wins['ddp']:.3f}, "
+                     f"fsdp {wins['fsdp']:.3f}, hsdp {wins['hsdp']:.3f}. Each node sends {h.node_bytes / 1e6:.0f} MB "
+                     f"a step under hsdp, {d.node_bytes / 1e6:.0f} MB under ddp (the word embedding by touched rows), "
+                     f"{f.node_bytes / 1e6:.0f} MB under fsdp.")
+    return lines
+
+
+def hsdp_notes(points, configs, per_node):
+    """projection-hsdp.md's assumptions, with the figures they lead to."""
+    base = next(pt for pt in points if pt.model == "bert-base")
+    ratio = total_params(configs["bert-large"]) / total_params(configs["bert-base"]) if "bert-large" in configs else 1.0
+    return f"""## What this projects, and how
+
+- **Compute per GPU**: one GPU's step at batch 32, sequence 384, from bert-base's samples/s per GPU
+  (`clusters.json` `hsdp_projection.rates`, each with its source): 1,511 samples/s, what mpibert
+  measured on one H200 (packed batches, bf16, 2026-11-26: 21.2 ms a step), and 3,000, the target of
+  the GPU-step issue (10.7 ms). As in projection.md: the optimizer (HBM-bound, 32 bytes per
+  parameter at 70% of the H100's HBM bandwidth: {base.compute.optimizer * 1e3:.1f} ms for bert-base) is
+  taken out of that step, the rest is forward (1/3) and backward (2/3); bert-large is bert-base x
+  the parameter ratio (x{ratio:.2f}); the sharded strategies run the optimizer on their slice (fsdp
+  1/p, hsdp 1/{per_node}). Batch 64 doubles data, forward and backward (samples/s of one GPU assumed
+  not to depend on the batch; projection.md's memory tables show batch 64 fits every strategy here).
+- **Clusters**: H100 nodes of {per_node} GPUs, NVLink inside ({base.cluster.nvlink_Bps / 1e9:.0f} GB/s bus
+  bandwidth, an assumption), one NIC of 100 or 200 Gbit/s per node (InfiniBand; a DGX H100 has 8:
+  the pessimistic case), NCCL's latencies, as projection.md.
+- **ddp**: 25 MiB buckets all-reduced during backward across all GPUs, the word embedding by the
+  rows the global batch touched (mpibert's default). **fsdp**: its units gathered and
+  reduce-scattered across all GPUs (each ring crossing every node's NIC). **hsdp**: fsdp inside
+  each node (the shard group, {per_node} GPUs, NVLink only), then each unit's slice (1/{per_node} of it)
+  all-reduced across the nodes among the GPUs of the same position, issued as soon as the unit's
+  reduce-scatter is seen done, on a stream of its own. The {per_node} GPUs of a node run their
+  all-reduces at once through the node's one NIC, each getting 1/{per_node} of its rate, so a unit's
+  all-reduce takes what one all-reduce of the whole unit would through the NIC (2(n-1)/n x the
+  unit's bytes / the NIC's rate, n nodes) plus the latency of a ring (or tree) over the n nodes.
+  Nothing else crosses the nodes: no gathers, and the norm all-reduce stays in the node.
+- **Inter-node bytes per step per node**: what leaves a node through its NIC in a step (the ring
+  formulas; as much comes in). A ring over all p GPUs crosses each node's NIC once each way, so for
+  ddp and fsdp it is what one GPU sends (ddp: 2(p-1)/p x the gradients, less where the word
+  embedding goes by rows); for hsdp it is {per_node} x one all-reduce of a GPU's slice across the n
+  nodes, 2(n-1)/n x the gradients' bytes: about what ddp sends, and about a third less than fsdp,
+  whose gathers in forward and backward cross the nodes too. So with one NIC per node hsdp and ddp
+  push about the same bytes through it, and hsdp's gain on ddp is small: rings over n nodes rather
+  than p GPUs (fewer latency steps, 2(n-1)/n rather than 2(p-1)/p) and the optimizer on
+  1/{per_node}, against ddp's word embedding by touched rows; its memory is fsdp's over {per_node}
+  GPUs. On fsdp it gains the gathers.
+- **Efficiency**: one GPU's step (no communication, the whole optimizer) / the step on p GPUs at the
+  same batch per GPU; the sharded strategies could pass 1 by the optimizer time they save.
+- Not modelled, as in projection.md: NCCL protocols, NVLS/SHARP, NCCL kernels slowing compute, and
+  contention between a node's NVLink traffic and its NIC traffic (taken as independent: the
+  replicas' all-reduces go from GPU to NIC over PCIe, the shard group's collectives over NVLink).
+"""
+
+
+def write_hsdp_projection(raw, configs, path, out):
+    """projection-hsdp.md: ddp, fsdp and hsdp on clusters.json's hsdp_projection clusters and rates."""
+    points, per_node = run_hsdp_projections(raw, configs, path)
+    batch = raw["workload"]["batch_per_gpu"]
+    rates = " and ".join(f"{r}" for r in dict.fromkeys(pt.rate for pt in points))
+    lines = ["# Scaling projection: hsdp beside fsdp and ddp", "",
+             "Generated by `scaling_model.py project` from `clusters.json` (`hsdp_projection`; every input there has "
+             f"its source). bert-base and bert-large, batch {batch} per GPU, sequences of {raw['workload']['seq_len']}, "
+             f"fp32 gradients on the wire unless a column says bf16, at {rates} samples/s of compute per GPU.", "",
+             "## In short", ""]
+    lines += hsdp_summary(points, configs, per_node)
+    lines += ["", "A faster step leaves less backward to hide communication behind: compare each strategy's rows at the "
+              "two rates. hsdp keeps the gathers inside the node and sends the gradients across the nodes once "
+              "(fsdp sends them, and the parameters twice, through every node's NIC), but its all-reduce of the "
+              "embeddings unit, the last to finish backward, cannot hide; ddp sends that table by its touched rows.",
+              "", "## Step, throughput, efficiency and inter-node traffic (fp32 on the wire, batch 32 per GPU)", ""]
+    lines += hsdp_table(points, batch, per_node)
+    lines += ["", "## What bf16 reductions and a larger batch win back", "",
+              "Efficiency with fp32 reductions, with bf16 reductions (`--reduce-dtype bf16`; fsdp and hsdp also "
+              "`--param-dtype bf16` gathers), and with bf16 at batch 64 per GPU (its efficiency against one GPU "
+              "at batch 64):", ""]
+    lines += hsdp_wins_table(points)
+    lines += ["", "## Where hsdp's communication goes (fp32, batch 32)", "",
+              "The all-reduces across nodes, summed as if one after another, against the backward they hide behind; "
+              "hsdp's exposed communication by phase (forward: waits for gathers; after backward: what is left of "
+              "the reduce-scatters and the all-reduces across nodes, and the norm all-reduce), and ddp's and "
+              "fsdp's exposed total:", ""]
+    lines += hsdp_breakdown(points, per_node) + ["", hsdp_notes(points, configs, per_node)]
+    write_text(os.path.join(out, "projection-hsdp.md"), "\n".join(lines))
+    return points
 
 
 # ----------------------------------------------------------------------------------------
 # project: memory per GPU
 
+def node_gpus(raw, path):
+    """clusters.json's GPUs per node: hsdp's shard group in the projections (mpibert's default)."""
+    return int(value(raw["gpus_per_node"], path, "gpus_per_node"))
+
+
 def batch_table(raw, configs, path):
     """{(model, precision, device, strategy): [largest batch at each p >= 8]}."""
     devices, reserved, fragmentation = load_devices(raw, path)
-    seq_len = raw["workload"]["seq_len"]
+    seq_len, group = raw["workload"]["seq_len"], node_gpus(raw, path)
     table = {}
     for model, config in configs.items():
         for precision in PRECISIONS:
@@ -1652,29 +2034,29 @@ def batch_table(raw, configs, path):
                 usable = usable_memory_bytes(device.memory_gib, reserved, fragmentation)
                 for strategy in STRATEGIES:
                     table[(model, precision, device.name, strategy)] = [
-                        largest_batch(peak_memory_terms(config, strategy, p, seq_len, precision), usable)
+                        largest_batch(peak_memory_terms(config, strategy, p, seq_len, precision, group=group), usable)
                         for p in PROJECTION_GPUS if p >= 8]
     return table
 
 
-def memory_inputs(raw, configs):
+def memory_inputs(raw, configs, path):
     """What the peak is made of, per model and precision."""
-    seq_len = raw["workload"]["seq_len"]
+    seq_len, group = raw["workload"]["seq_len"], node_gpus(raw, path)
     lines = [f"| model | precision | activations per sample of {seq_len} tokens (MB) | saved weight copies (MB) | "
              "state at the start of backward, GB per GPU at 8 / 512 GPUs: ddp | zero1 | zero2 (+ buckets in flight) | "
-             "fsdp (+ units in flight) |",
-             "| --- | --- | ---: | ---: | --- | --- | --- | --- |"]
+             f"fsdp (+ units in flight) | hsdp, groups of {group} (+ units in flight) |",
+             "| --- | --- | ---: | ---: | --- | --- | --- | --- | --- |"]
     for model, config in configs.items():
         n = total_params(config)
         units = build_units(parameter_list(config), 8, config["num_hidden_layers"])
         in_flight = max(units_in_flight(units, u) for u in range(len(units))) / 1e9
         for precision in PRECISIONS:
             saved = saved_bytes_per_unit(config, precision, seq_len)
-            state = [" / ".join(f"{sum(state_bytes_per_param(s, p)) * n / 1e9:.2f}" for p in (8, 512))
-                     for s in ("ddp", "zero1", "zero2", "fsdp")]
+            state = [" / ".join(f"{sum(state_bytes_per_param(s, p, group)) * n / 1e9:.2f}" for p in (8, 512))
+                     for s in ("ddp", "zero1", "zero2", "fsdp", "hsdp")]
             lines.append(f"| {model} | {precision} | {sum(a for a, _ in saved) / 1e6:.1f} | {sum(c for _, c in saved) / 1e6:.0f} | "
                          f"{state[0]} | {state[1]} | {state[2]} (+ at most {ZERO2_BUCKETS_IN_FLIGHT / 1e9:.2f}) | "
-                         f"{state[3]} (+ at most {in_flight:.2f}) |")
+                         f"{state[3]} (+ at most {in_flight:.2f}) | {state[4]} (+ at most {in_flight:.2f}) |")
     return lines
 
 
@@ -1692,7 +2074,8 @@ def checkpointing_table(raw, configs, path):
                           recomputed_layer(config, precision, seq_len, c)[0] for c in (False, True)]
             for device in devices:
                 usable = usable_memory_bytes(device.memory_gib, reserved, fragmentation)
-                cells = [" / ".join(str(largest_batch(peak_memory_terms(config, s, 64, seq_len, precision, c), usable))
+                cells = [" / ".join(str(largest_batch(peak_memory_terms(config, s, 64, seq_len, precision, c,
+                                                                       node_gpus(raw, path)), usable))
                                     for c in (False, True)) for s in STRATEGIES]
                 lines.append(f"| {model} | {precision} | {per_sample[0] / 1e6:.1f} / {per_sample[1] / 1e6:.1f} | "
                              f"{device.name} | " + " | ".join(cells) + " |")
@@ -1723,7 +2106,8 @@ def throughput_at_largest_batch(raw, configs, table, path):
     embedding_rows = load_embedding_rows(raw, path)
     ps = [p for p in PROJECTION_GPUS if p >= 8]
     lines = ["| model | GPU | network | GPUs | ddp: batch, samples/s/GPU | zero2: batch, samples/s/GPU | "
-             "fsdp: batch, samples/s/GPU | fsdp / ddp |", "| --- | --- | --- | ---: | --- | --- | --- | ---: |"]
+             "fsdp: batch, samples/s/GPU | hsdp: batch, samples/s/GPU | fsdp / ddp | hsdp / ddp |",
+             "| --- | --- | --- | ---: | --- | --- | --- | --- | ---: | ---: |"]
     for model, config in configs.items():
         for device in devices:
             compute = gpu_compute(raw, device.compute, config, configs["bert-base"], path)
@@ -1731,14 +2115,15 @@ def throughput_at_largest_batch(raw, configs, table, path):
                 cluster = make_cluster(raw, device.compute, net, path)
                 for p in (64, 512):
                     rates = {}
-                    for strategy in ("ddp", "zero2", "fsdp"):
+                    for strategy in ("ddp", "zero2", "fsdp", "hsdp"):
                         b = table[(model, "bf16", device.name, strategy)][ps.index(p)]
                         rows = embedding_rows.for_global_batch(b * p)
                         step = project_point(config, at_batch(compute, b / batch), cluster, p, strategy, 25, seq_len, rows).step
                         rates[strategy] = (b, b / step if b else 0.0)
                     cells = " | ".join(f"{b}, {r:.0f}" for b, r in rates.values())
-                    ratio = rates["fsdp"][1] / rates["ddp"][1] if rates["ddp"][1] else float("nan")
-                    lines.append(f"| {model} | {device.name} | {net} | {p} | {cells} | {fmt(ratio, 3)} |")
+                    ratios = [rates[s][1] / rates["ddp"][1] if rates["ddp"][1] else float("nan") for s in ("fsdp", "hsdp")]
+                    lines.append(f"| {model} | {device.name} | {net} | {p} | {cells} | {fmt(ratios[0], 3)} | "
+                                 f"{fmt(ratios[1], 3)} |")
     return lines
 
 
@@ -1748,7 +2133,7 @@ def memory_section(raw, configs, batches, path):
     devices, reserved, fragmentation = load_devices(raw, path)
     usable = ", ".join(f"{d.name} {usable_memory_bytes(d.memory_gib, reserved, fragmentation) / GIB:.1f} GiB" for d in devices)
     lines = [MEMORY_NOTES, f"Memory available to the allocator: {usable}.", ""]
-    lines += memory_inputs(raw, configs) + [""] + largest_batch_tables(batches, configs, devices)
+    lines += memory_inputs(raw, configs, path) + [""] + largest_batch_tables(batches, configs, devices)
     lines += ["### With activation checkpointing (--gradient-checkpointing), 64 GPUs", "",
               "Each layer keeps its input alone (float32, 4 x hidden bytes per token); during backward one layer "
               "at a time is recomputed and holds its whole activations and weight copies again. Largest batch per "
@@ -1844,6 +2229,10 @@ PROJECTION_NOTES = """## What the projection assumes
   stream in the order of mpibert's plan (3U-1 collectives per micro-batch, U units); each unit's
   forward and backward take its share of the backward FLOPs. No all-gather after the step (the
   parameters stay sharded); the norm all-reduce and the optimizer on 1/p as zero1.
+- hsdp (HYBRID_SHARD): fsdp inside each node (shard group of 8, NVLink), each unit's slice then
+  all-reduced across the nodes as soon as its reduce-scatter is done, on a stream of its own; the
+  8 GPUs of a node share its NIC, so a unit's all-reduce across the nodes takes as long as one of
+  the whole unit through the NIC. Optimizer on 1/8. More in projection-hsdp.md.
 - Not modelled: NCCL protocols (LL/LL128), NVLS/SHARP, contention of NCCL kernels with compute, stragglers,
   data loading, the evaluation phase, and mpibert's GPU path (which has not yet run on a GPU).
 """
@@ -1859,7 +2248,8 @@ largest over the backward's position), the sum of:
   gradient exists from its first gradient to the end of its reduce-scatter: counted as two 25 MiB
   buckets); fsdp 16/p, plus the units in flight (the unit in backward, its parameters and
   gradients whole, the one before it being gathered, the gradients of the one after it being
-  reduce-scattered);
+  reduce-scattered); hsdp 16/G over its shard group of G = 8 (a node's GPUs) whatever p, plus
+  fsdp's units in flight;
 - activations autograd saves, per token and encoder layer, e = 2 bytes (bf16 autocast) or 4 (fp32):
   e(7h + 2I) + 10h + 16 + 4a (+2 for bf16) bytes: bf16 40h, fp32 70h for I = 4h; attention through
   `scaled_dot_product_attention`'s memory-efficient kernel, which keeps no seq x seq tensor (README);
@@ -1880,7 +2270,8 @@ def write_projection(clusters_path, out, plot=True):
              "efficiency = one GPU's step / p GPUs' step (weak scaling).", "",
              f"Parameters: bert-base {total_params(configs['bert-base']):,}, bert-large {total_params(configs['bert-large']):,} "
              "(BertForQuestionAnswering, no pooler).", "",
-             "## Recommended configuration (fastest of ddp, zero1/zero2 x buckets 1, 5, 10, 25, 50, 100 MiB, and fsdp)", ""]
+             "## Recommended configuration (fastest of ddp, zero1/zero2 x buckets 1, 5, 10, 25, 50, 100 MiB, fsdp and "
+             "hsdp)", ""]
     lines += recommendations(projections) + ["", PROJECTION_NOTES]
     lines += ["## The word embedding by touched rows (ddp, 25 MiB buckets)", "", SPARSE_EMBEDDING_NOTES, "",
               "Efficiency, the embedding all-reduced dense → by the rows the global batch touched "
@@ -1891,19 +2282,21 @@ def write_projection(clusters_path, out, plot=True):
               "Efficiency fp32 → bf16 reductions (25 MiB buckets; fsdp also with bf16 gathers), the ddp step's exposed "
               "communication and the bytes each GPU sends:", ""]
     lines += wire_dtype_table(projections)
-    lines += ["", "## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets)", ""] + strategy_summary(projections)
+    lines += ["", "## Strategies at 64 and 512 GPUs (ddp and zero2 with 25 MiB buckets; hsdp sharded over a node's 8 "
+              "GPUs: projection-hsdp.md)", ""] + strategy_summary(projections)
     lines += ["", "Bytes each GPU sends per step (ring formulas, (p-1)/p x bytes per gather or reduce-scatter, "
               "2(p-1)/p per all-reduce), from the simulated collectives:", ""] + traffic_paragraph(projections, configs)
     lines += [""] + memory_section(raw, configs, batches, clusters_path) + ["", "## Tables", ""]
     lines += projection_tables(projections, batch, configs) + strategy_tables(projections)
     lines.append(published_comparison(projections))
     write_text(os.path.join(out, "projection.md"), "\n".join(lines))
+    write_hsdp_projection(raw, configs, clusters_path, out)
     if plot:
         plot_projection(projections, os.path.join(out, "projection.png"))
         devices, reserved, fragmentation = load_devices(raw, clusters_path)
         usable = {d.name: usable_memory_bytes(d.memory_gib, reserved, fragmentation) for d in devices}
         plot_memory(batches, configs, devices, os.path.join(out, "projection-memory.png"),
-                    raw["workload"]["seq_len"], batch, 64, usable)
+                    raw["workload"]["seq_len"], batch, 64, usable, node_gpus(raw, clusters_path))
     return projections
 
 
@@ -1980,16 +2373,16 @@ def plot_best(axes, projections, model, column):
 
 
 def plot_strategies(ax, projections, model, gpu):
-    """Efficiency of ddp, zero1/zero2 and fsdp (25 MiB buckets) per network, on one GPU."""
+    """Efficiency of ddp, zero1/zero2 (25 MiB buckets), fsdp and hsdp per network, on one GPU."""
     styles = {"IB100": ":", "IB200": "--", "IB400": "-"}
-    colors = {"ddp": "tab:blue", "zero2": "tab:orange", "fsdp": "tab:red"}
-    labels = {"ddp": "ddp", "zero2": "zero1/zero2", "fsdp": "fsdp"}
+    colors = {"ddp": "tab:blue", "zero2": "tab:orange", "fsdp": "tab:red", "hsdp": "tab:purple"}
+    labels = {"ddp": "ddp", "zero2": "zero1/zero2", "fsdp": "fsdp", "hsdp": "hsdp"}
     series = {}
     for pr in projections:
         if pr.model == model and pr.gpu == gpu:
             series.setdefault(pr.net, []).append(pr)
     for net, prs in sorted(series.items()):
-        for strategy in ("ddp", "zero2", "fsdp"):
+        for strategy in ("ddp", "zero2", "fsdp", "hsdp"):
             ax.plot([pr.p for pr in prs], [pr.one_gpu / pr.strategies[strategy].step for pr in prs],
                     styles.get(net, "-"), color=colors[strategy], marker=".", label=f"{labels[strategy]} {net}")
     ax.set_ylabel("efficiency")
@@ -2031,11 +2424,11 @@ def plot_largest_batches(ax, batches, model, devices, p, seq_len):
     ax.legend(fontsize=7)
 
 
-def plot_peak_parts(ax, config, model, p, batch, seq_len, usable):
+def plot_peak_parts(ax, config, model, p, batch, seq_len, usable, group):
     """Stacked bars: what the peak is made of per strategy (bf16); dashed: a device's usable memory
     where it is within the plot."""
     bottoms = [0.0] * len(STRATEGIES)
-    parts = [peak_breakdown(config, s, p, batch, seq_len, "bf16") for s in STRATEGIES]
+    parts = [peak_breakdown(config, s, p, batch, seq_len, "bf16", group) for s in STRATEGIES]
     for k, name in enumerate(parts[0]):
         heights = [part[name] / GIB for part in parts]
         ax.bar(STRATEGIES, heights, 0.6, bottom=bottoms, label=name, color=f"C{k + 4}")
@@ -2050,13 +2443,13 @@ def plot_peak_parts(ax, config, model, p, batch, seq_len, usable):
     ax.legend(fontsize=7)
 
 
-def plot_memory(batches, configs, devices, path, seq_len, batch, p, usable):
+def plot_memory(batches, configs, devices, path, seq_len, batch, p, usable, group):
     """projection-memory.png: per model, the largest batch (top) and the peak's parts (bottom)."""
     plt = pyplot()
     fig, axes = plt.subplots(2, len(configs), figsize=(6 * len(configs), 9), squeeze=False)
     for column, (model, config) in enumerate(configs.items()):
         plot_largest_batches(axes[0][column], batches, model, devices, p, seq_len)
-        plot_peak_parts(axes[1][column], config, model, p, batch, seq_len, usable)
+        plot_peak_parts(axes[1][column], config, model, p, batch, seq_len, usable, group)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)

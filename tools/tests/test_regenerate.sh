@@ -47,7 +47,7 @@ for file in table.md comparison.md loss.png scaling.png phases.png memory.png; d
 done
 
 "$root/tools/scaling-model" all --out "$tmp/scaling_model" > /dev/null
-for file in check.md check.png projection.md projection.png projection-memory.png; do
+for file in check.md check.png projection.md projection-hsdp.md projection.png projection-memory.png; do
   same "$root/results/scaling_model/$file" "$tmp/scaling_model/$file"
 done
 exit $failed

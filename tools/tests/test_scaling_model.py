@@ -4,6 +4,7 @@ Run from this directory, with a Python that has the package's dependencies (tool
 the project's .venv has them):  ../../.venv/bin/python3 -m unittest test_scaling_model
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -139,7 +140,7 @@ class WireDtype(unittest.TestCase):
         self.tensors = len(m.parameter_list(self.config))
 
     def step(self, strategy, rows=None, reduce="fp32", param="fp32", world=2):
-        inp = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, world, self.tensors, rows, reduce, param)
+        inp = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, world, self.tensors, rows, reduce, param, shard_group=2)
         return m.simulate(self.config, 384, inp, 25, self.network)
 
     def norm_bytes(self, world=2):
@@ -597,7 +598,7 @@ class Memory(unittest.TestCase):
         usable = m.usable_memory_bytes(40, 2, 0.1)
         batches = {}
         for strategy in m.STRATEGIES:
-            terms = m.peak_memory_terms(self.base, strategy, 64, 384, "bf16")
+            terms = m.peak_memory_terms(self.base, strategy, 64, 384, "bf16", group=8)
             b = m.largest_batch(terms, usable)
             self.assertLessEqual(m.peak_memory_bytes(terms, b), usable)
             self.assertGreater(m.peak_memory_bytes(terms, b + 1), usable)
@@ -605,6 +606,8 @@ class Memory(unittest.TestCase):
         self.assertLessEqual(batches["ddp"], batches["zero1"])
         self.assertLess(batches["zero1"], batches["zero2"])
         self.assertLess(batches["zero2"], batches["fsdp"])
+        self.assertLess(batches["zero2"], batches["hsdp"])  # 16/8 bytes per parameter against zero2's 4 + 12/64
+        self.assertLess(batches["hsdp"], batches["fsdp"])   # against fsdp's 16/64
 
     def test_checkpointing_keeps_layer_inputs_and_one_layer(self):
         # Per sample: embeddings + L layer inputs (4h per token) + QA head + one recomputed layer; the
@@ -618,8 +621,8 @@ class Memory(unittest.TestCase):
         self.assertEqual(plain_c - ckpt_c, (layers - 1) * m.saved_weight_bytes(self.base, "bf16")[1])
         usable = m.usable_memory_bytes(40, 2, 0.1)
         for strategy in m.STRATEGIES:
-            without = m.largest_batch(m.peak_memory_terms(self.base, strategy, 64, seq, "bf16"), usable)
-            with_ = m.largest_batch(m.peak_memory_terms(self.base, strategy, 64, seq, "bf16", True), usable)
+            without = m.largest_batch(m.peak_memory_terms(self.base, strategy, 64, seq, "bf16", group=8), usable)
+            with_ = m.largest_batch(m.peak_memory_terms(self.base, strategy, 64, seq, "bf16", True, group=8), usable)
             self.assertGreater(with_, 2 * without, strategy)
 
     def test_nothing_fits(self):
@@ -706,3 +709,171 @@ class CheckNewStrategies(MeasuredDirCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Hsdp(unittest.TestCase):
+    """hsdp: fsdp inside a shard group (a node), then each slice all-reduced across the groups."""
+    # Nodes of 8 GPUs; a slow network between them (IB100: 12.5 GB/s per node), NVLink inside.
+    cluster = m.Cluster(gpus_per_node=8, nvlink_Bps=353e9, net_Bps=12.5e9, alpha_intra=3.4e-6,
+                        alpha_inter=9.6e-6, base_latency=8.4e-6)
+    compute = m.Compute(forward=0.0066, backward=0.0131, optimizer=0.0015, data=0.0)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = m.load_config(os.path.join(ROOT, "bench", "bert-base-config.json"))
+
+    def point(self, strategy, p, **kwargs):
+        return m.project_point(self.base, self.compute, self.cluster, p, strategy, 25, 384, **kwargs)
+
+    def test_one_node_is_fsdp_on_that_node(self):
+        for p in (2, 4, 8):
+            fsdp, hsdp = self.point("fsdp", p), self.point("hsdp", p)
+            self.assertEqual(hsdp, fsdp, p)
+            self.assertEqual(hsdp.node_bytes, 0.0)
+
+    def test_a_group_of_the_world_is_fsdp_on_any_network(self):
+        units = m.build_units(m.parameter_list(self.base), 4, self.base["num_hidden_layers"])
+        shares = [1 / len(units)] * len(units)
+        for micro in (1, 2):
+            fsdp = m.simulate_fsdp_step(m.StepInput(0, 1, 2, 0.1, "fsdp", 4, 200), units, shares, m.Link(1e-5, 1e-9), micro)
+            hsdp = m.simulate_fsdp_step(m.StepInput(0, 1, 2, 0.1, "hsdp", 4, 200, shard_group=4), units, shares,
+                                        m.Link(1e-5, 1e-9), micro)
+            self.assertEqual(hsdp, fsdp)
+
+    def test_inter_node_bytes_are_one_ring_all_reduce_of_the_shard(self):
+        units = m.build_units(m.parameter_list(self.base), 8, self.base["num_hidden_layers"])
+        shard = sum(u.nbytes for u in units) / 8  # a rank's slice of every unit, fp32
+        in_node = self.point("fsdp", 8)
+        for nodes in (2, 8, 64):
+            hsdp = self.point("hsdp", 8 * nodes)
+            across = m.ring_bytes("all_reduce", shard, nodes)
+            self.assertAlmostEqual(hsdp.network_bytes - in_node.network_bytes, across, delta=1e-3)
+            self.assertAlmostEqual(hsdp.node_bytes, 8 * across, delta=1e-3)  # 8 GPUs through the node's NIC
+            self.assertAlmostEqual(hsdp.node_bytes, 2 * (nodes - 1) / nodes * sum(u.nbytes for u in units), delta=1e-3)
+            # the gathers, reduce-scatters and the norm stay in the node: one collective per unit more than fsdp
+            self.assertEqual(hsdp.collectives, in_node.collectives + len(units))
+            fsdp = self.point("fsdp", 8 * nodes)
+            self.assertEqual(fsdp.node_bytes, fsdp.network_bytes)  # its rings cross every NIC
+            self.assertLess(hsdp.node_bytes, 0.7 * fsdp.node_bytes)
+
+    def test_bf16_halves_what_crosses_the_nodes(self):
+        fp32, bf16 = self.point("hsdp", 64), self.point("hsdp", 64, reduce_dtype="bf16")
+        self.assertAlmostEqual(bf16.node_bytes, fp32.node_bytes / 2, delta=1e-3)
+        self.assertLess(bf16.step, fp32.step)
+
+    def test_the_node_shares_its_nic(self):
+        # 8 GPUs all-reduce their slices of a unit at once through one NIC: as long as one all-reduce of
+        # the whole unit across the nodes, one GPU per node.
+        across = m.replica_network(self.cluster, 8)
+        one_per_node = m.Cluster(1, self.cluster.nvlink_Bps, self.cluster.net_Bps, self.cluster.alpha_intra,
+                                 self.cluster.alpha_inter, self.cluster.base_latency)
+        for nodes in (2, 8, 64):
+            for n in (1 << 20, 64 << 20):
+                self.assertAlmostEqual(across.cost("all_reduce", n / 8, nodes)[0],
+                                       one_per_node.cost("all_reduce", n, nodes)[0])
+        self.assertEqual(across.bandwidth(64), self.cluster.net_Bps / 8)
+
+    def test_beats_fsdp_across_nodes_on_a_slow_network(self):
+        for p in (16, 64, 512):
+            hsdp, fsdp = self.point("hsdp", p), self.point("fsdp", p)
+            self.assertLess(hsdp.step, fsdp.step, p)
+            self.assertLess(hsdp.exposed, fsdp.exposed, p)
+
+    def test_all_reduces_across_nodes_follow_the_reduce_scatters(self):
+        # Every collective 1 s (FakeNetwork: all-reduces free; here a flat link of 1 s per all-reduce too).
+        class Seconds:
+            def cost(self, op, n, p):
+                return 1.0, "ring"
+        units = [m.Bucket([k], 4) for k in range(3)]
+        inp = m.StepInput(0.0, 3.0, 6.0, 0.5, "hsdp", 4, 10, shard_group=2)
+        result = m.simulate_fsdp_step(inp, units, [1 / 3] * 3, Seconds())
+        # As Fsdp.test_timeline_by_hand: backward 4-10, reduce-scatters end at 7, 9, 11. The all-reduce
+        # of unit 2 is issued at 8 (the first issue from the plan after 7), unit 1's at 10 (the end of
+        # backward), unit 0's at 11 (closed() waits for its reduce-scatter): 8-9, 10-11, 11-12.
+        self.assertAlmostEqual(result.backward, 6.0)
+        self.assertAlmostEqual(result.tail, 2.0)
+        self.assertAlmostEqual(result.replica_seconds, 3.0)
+        self.assertEqual(result.collectives, 8 + 3 + 1)
+
+    def test_accumulation_waits_for_the_replicas_before_the_next_backward(self):
+        units = m.build_units(m.parameter_list(self.base), 8, self.base["num_hidden_layers"])
+        shares = m.group_shares(units, m.backward_costs(m.parameter_list(self.base), self.base, 384))
+        inp = m.StepInput(0.0, 0.0066, 0.0131, 0.0015, "hsdp", 64, 200, shard_group=8)
+        one = m.simulate_fsdp_step(inp, units, shares, self.cluster, 1)
+        two = m.simulate_fsdp_step(dataclasses.replace(inp, forward=0.0132, backward=0.0262), units, shares,
+                                   self.cluster, 2)
+        norm = m.ring_bytes("all_reduce", 8 * 200, 8)  # once a step, inside the node
+        self.assertAlmostEqual(two.network_bytes - norm, 2 * (one.network_bytes - norm), delta=1.0)
+        self.assertAlmostEqual(two.node_bytes, 2 * one.node_bytes, delta=1.0)
+        # The first micro-batch's all-reduces across nodes start after its backward does and outlast it
+        # and the second forward: the second backward waits for them (Fsdp::begin_backward closes it).
+        self.assertGreater(one.replica_seconds, 0.0131 + 0.0066)
+        self.assertGreater(two.backward, 0.0262 + one.replica_seconds - 0.0131 - 0.0066)
+        self.assertAlmostEqual(two.replica_seconds, 2 * one.replica_seconds)
+
+    def test_memory_is_fsdp_over_the_group(self):
+        for p in (8, 64, 512):
+            self.assertEqual(m.state_bytes_per_param("hsdp", p, 8), m.state_bytes_per_param("fsdp", 8))
+            self.assertEqual(m.held_between_steps(self.base, "hsdp", p, 25, 8), m.held_between_steps(self.base, "fsdp", 8, 25))
+            self.assertEqual(m.peak_memory_terms(self.base, "hsdp", p, 384, "bf16", group=8),
+                             m.peak_memory_terms(self.base, "fsdp", 8, 384, "bf16"))
+        self.assertEqual(m.state_bytes_per_param("hsdp", 4, 8), m.state_bytes_per_param("fsdp", 4))
+        with self.assertRaises(ValueError):
+            m.state_bytes_per_param("hsdp", 64)  # no group
+
+
+class HsdpProjection(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.path = os.path.join(ROOT, "results", "scaling_model", "clusters.json")
+        cls.raw = m.load_clusters(cls.path)
+        cls.configs = {"bert-base": m.load_config(os.path.join(ROOT, "bench", "bert-base-config.json")),
+                       "bert-large": m.load_config(os.path.join(ROOT, "results", "scaling_model", "bert-large-config.json"))}
+        cls.points, _ = m.run_hsdp_projections(cls.raw, cls.configs, cls.path)
+
+    def test_every_model_rate_cluster_and_network(self):
+        keys = {(pt.model, pt.rate, pt.nodes, pt.net) for pt in self.points}
+        self.assertEqual(len(keys), 2 * 2 * 2 * 2)
+        self.assertEqual({pt.p for pt in self.points}, {64, 512})
+
+    def test_compute_from_the_rates(self):
+        for pt in self.points:
+            if pt.model == "bert-base":
+                rate = 1511 if pt.rate.startswith("1,511") else 3000
+                step = pt.compute.data + pt.compute.forward + pt.compute.backward + pt.compute.optimizer
+                self.assertAlmostEqual(step, 32 / rate)
+
+    def test_hsdp_beats_fsdp_and_a_faster_step_scales_worse(self):
+        for pt in self.points:
+            self.assertLess(pt.results[("hsdp", "fp32", 1)].step, pt.results[("fsdp", "fp32", 1)].step)
+        for model in self.configs:
+            slow = m.find_hsdp_point(self.points, model, "1,511 (H200, measured)", 64, "IB100")
+            fast = m.find_hsdp_point(self.points, model, "3,000 (target)", 64, "IB100")
+            for s in m.HSDP_STRATEGIES:
+                self.assertLess(fast.one_gpu / fast.results[(s, "fp32", 1)].step,
+                                slow.one_gpu / slow.results[(s, "fp32", 1)].step)
+
+    def test_a_rate_at_another_batch_is_refused(self):
+        raw = json.loads(json.dumps(self.raw))
+        next(iter(raw["hsdp_projection"]["rates"].values()))["batch"] = 24
+        with self.assertRaisesRegex(m.InputError, "batch_per_gpu"):
+            m.load_hsdp_projection(raw, self.path)
+
+
+class CheckKeepsItsRuns(unittest.TestCase):
+    def test_committed_check_is_unchanged(self):
+        # The runs measured before hsdp existed give the committed check.md (tools.regenerate checks the PNG).
+        data = os.path.join(ROOT, "results", "scaling_model")
+        with tempfile.TemporaryDirectory() as out:
+            m.write_check(os.path.join(data, "measured"), out, plot=False,
+                          reduced_precision=os.path.join(data, "measured-bf16"))
+            with open(os.path.join(out, "check.md"), encoding="utf-8") as f, \
+                    open(os.path.join(data, "check.md"), encoding="utf-8") as committed:
+                self.assertEqual(f.read(), committed.read())
+
+    def test_an_hsdp_run_is_refused_by_name(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            measured = os.path.join(tmp, "measured")
+            write_run(os.path.join(measured, "hsdp"), "hsdp")
+            with self.assertRaisesRegex(m.InputError, "hsdp"):
+                m.load_measured(measured)
