@@ -131,7 +131,7 @@ TEST(GpuPackedBatches, FollowTheCpu) {
     BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")));
     model->to(device);
     model->eval();
-    QAOutput out = forward_batch(model, batch.to(device));
+    QAOutput out = forward_batch(*model, batch.to(device));
     out.loss.backward();
     return std::pair{out, model};
   };
@@ -177,7 +177,7 @@ TEST(GpuActivationCheckpointing, ReplaysTheCudaDropoutMasks) {
         model->to(device);
         model->train();
         torch::manual_seed(7);
-        const torch::Tensor loss = forward_batch(model, batch).loss;
+        const torch::Tensor loss = forward_batch(*model, batch).loss;
         loss.backward();
         return std::tuple{loss, model, torch::rand({4}, torch::TensorOptions().device(device))};
       };

@@ -55,6 +55,9 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
   if (ranks_.size > 1) phase_seconds = max_over_ranks(phase_seconds, "the phase times");
   results["phase_seconds"] = PhaseTimes::to_json(phase_seconds);
   results["parallel"] = parallel_summary();
+  // Which model trained (its whole config is parameters.model): what tools/compare labels runs by.
+  results["model_type"] = model().model_type();
+  results["architecture"] = model().architecture();
   const std::string communication = communicator_ ? communicator_->backend() : "none";
   results["environment"] = run_environment(ranks_.size, communication, device_);
   results["parameters"] = parameters();
@@ -78,7 +81,7 @@ nlohmann::ordered_json Trainer::parameters() const {
   parameters["warmup_steps"] = warmup_;
   parameters["lr_scheduler_kwargs"] = schedule_->resolved_kwargs();
   parameters["device"] = device_.str();
-  parameters["model"] = model_holder_.value()->config().to_json();
+  parameters["model"] = model().config_json();
   return parameters;
 }
 
