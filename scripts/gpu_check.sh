@@ -23,10 +23,10 @@
 #        a profiled run                             its trace holds our phases (and GPU kernels)
 #      printed as one table;
 #   4. unless --skip-throughput, STEPS (100) bf16 steps of bert-base at batch BATCH (32) on the
-#      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches (samples/s over
-#      the whole run and steady after the warm-up steps, MFU, peak GPU memory), and HF's
-#      Trainer on the same GPU (bench/hf_peer/run_qa_peer.py throughput, full padding) unless
-#      --skip-peer.
+#      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches, and distilbert-base
+#      packed beside them (samples/s over the whole run and steady after the warm-up steps, MFU,
+#      peak GPU memory), and HF's Trainer on the same GPU (bench/hf_peer/run_qa_peer.py
+#      throughput, full padding) unless --skip-peer.
 # Exits 1 on any failed check. `--device cpu` runs steps 3 on the CPU in place of the GPU (ctest
 # gpu_check.cpu), so that the script itself is tested where no GPU is. `--out DIR` copies the
 # table, the throughput figures and a tarball of every log and results.json into DIR (4 files).
@@ -475,12 +475,17 @@ if [ "$device" = cuda ] && [ "$throughput" = 1 ]; then
   fi
   echo "| run | samples/s, whole run | samples/s, steady | MFU | model GFLOP/sample (real tokens) | peak GPU memory |" > "$speeds"
   echo "|---|---|---|---|---|---|" >> "$speeds"
-  for padding in full dynamic packed; do
-    rm -rf "$work/bert-$padding"
-    logged "bert-$padding" "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" \
-      --train-shards "$work/bert-shards" --output-dir "$work/bert-$padding" --device cuda --bf16 --padding "$padding" \
+  # bert-base with each padding, then distilbert-base packed beside it (the same shards).
+  for run in bert:full bert:dynamic bert:packed distilbert:packed; do
+    model=${run%%:*} padding=${run#*:}
+    name=$model-$padding
+    label="mpibert, $padding"
+    [ "$model" = bert ] || label="mpibert $model-base, $padding"
+    rm -rf "$work/$name"
+    logged "$name" "$bin/mpibert" train --model-config "bench/$model-base-config.json" --vocab "$vocab" \
+      --train-shards "$work/bert-shards" --output-dir "$work/$name" --device cuda --bf16 --padding "$padding" \
       --batch-size "${BATCH:-32}" --max-steps "${STEPS:-100}" --learning-rate 4e-5 --logging-steps 20 --save-total-limit 1 || failed=1
-    "$py" - "$work/bert-$padding" "mpibert, $padding" >> "$speeds" <<'PY' || echo "| mpibert, $padding | failed (log) | | | | |" >> "$speeds"
+    "$py" - "$work/$name" "$label" >> "$speeds" <<'PY' || echo "| $label | failed (log) | | | | |" >> "$speeds"
 import json, sys
 run, label = sys.argv[1:]
 r = json.load(open(run + "/results.json"))
