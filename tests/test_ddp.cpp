@@ -124,7 +124,7 @@ TEST_F(DataParallelRun, EveryStrategyOnTwoAndThreeRanksMatchesOneRankWithTheSame
 
 // DistilBERT through the same command: config.json's model_type picks it, and ddp and fsdp on 2
 // ranks end where 1 rank ends with the same global batch (the strategies know it by its
-// description alone).
+// description alone), as does an fsdp run resumed on 1 rank from its checkpoint.
 TEST_F(DataParallelRun, DistilBertOnTwoRanksMatchesOneRank) {
   test::TempDir runs;
   const nlohmann::json distil = {{"model_type", "distilbert"},
@@ -151,6 +151,16 @@ TEST_F(DataParallelRun, DistilBertOnTwoRanksMatchesOneRank) {
     EXPECT_EQ(results["architecture"], "DistilBertForQuestionAnswering");
     EXPECT_EQ(results["parallel"]["strategy"], strategy);
   }
+  // fsdp's checkpoint reshards: 2 ranks stopped after step 1, resumed on 1 rank, end where 1 rank ends.
+  const std::string resharded = runs.file("resharded");
+  auto first = train(2, resharded, "--batch-size 6 --max-steps 3 --stop-after-steps 1 --strategy fsdp", "", "distilbert.json");
+  ASSERT_EQ(first.exit_status, 0) << first.output;
+  auto second = train(0, resharded, "--batch-size 12 --max-steps 3 --resume auto", "", "distilbert.json");
+  ASSERT_EQ(second.exit_status, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+  const double difference = max_difference(reference, checkpoint(resharded, 3) + "/model.safetensors");
+  std::cout << "DistilBERT, 2 ranks fsdp resumed on 1 rank vs 1 rank: max |difference| " << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
 }
 
 // With gradient accumulation, the sharded strategies end where ddp does, and hold less per rank
