@@ -1,6 +1,6 @@
 // Training throughput on SQuAD shards: full vs dynamic padding, length grouping, packed batches.
-//   bench_train --shards DIR --preset small|base [--batch B] [--steps N] [--threads T]
-//               [--variant all|full|dynamic|grouped|packed] [--bf16] [--json]
+//   bench_train --shards DIR [--model bert|distilbert] --preset small|base [--batch B] [--steps N]
+//               [--threads T] [--variant all|full|dynamic|grouped|packed] [--bf16] [--json]
 // Each configuration runs N optimizer steps on the same shuffled order after one warm-up step
 // and prints samples/s, padded tokens per sample, MFU (model FLOPs on real tokens over the
 // square-GEMM rate measured first, in the same precision and threads) and the speedup over full
@@ -13,7 +13,7 @@
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/sampler.hpp"
-#include "mpibert/model/flops.hpp"
+#include "mpibert/model/model_registry.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/train/batch_forward.hpp"
@@ -36,14 +36,18 @@ const Variant kVariants[] = {{"full", "full padding", mpibert::Padding::kFull, f
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shards, preset = "small";
+  std::string shards, model_type = "bert", preset = "small";
   int64_t batch = 0, steps = 10;
   int threads = 2;
   std::string only = "all", optim = "adamw_torch_fused";
   bool json = false, bf16 = false;
   CLI::App app{"mpibert training throughput by padding"};
   app.add_option("--shards", shards, "prepared train shards")->required();
-  app.add_option("--preset", preset)->check(CLI::IsMember({"base", "small"}));
+  app.add_option("--model", model_type, "HF's model_type of the model to train")
+      ->check(CLI::IsMember(mpibert::qa_model_types()))
+      ->capture_default_str();
+  app.add_option("--preset", preset, "base: bert-base-uncased or distilbert-base-uncased; small: 2 layers, hidden 128")
+      ->check(CLI::IsMember({"base", "small"}));
   app.add_option("--batch", batch, "default: 2 for base, 32 for small");
   app.add_option("--steps", steps)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
@@ -58,11 +62,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   mpibert::keep_freed_memory_for_reuse();
 
-  const mpibert::BertConfig config = mpibert::BertConfig::preset(preset);
   if (batch == 0) batch = preset == "base" ? 2 : 32;
   torch::set_num_threads(threads);
   const mpibert::FeatureStore store = mpibert::FeatureStore::open(shards);
-  const mpibert::TrainingFlops flops = mpibert::bert_qa_training_flops(config);
   const double matmul_rate = mpibert::measure_matmul_flops_per_second(torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
   const char* precision = bf16 ? "bf16" : "fp32";
 
@@ -72,12 +74,13 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);
     mpibert::ModelOptions model_options;
     model_options.autocast_bf16 = bf16;
-    mpibert::BertForQuestionAnswering model(config, model_options);
-    model->train();
-    const std::vector<torch::Tensor> parameters = model->parameters();
+    const mpibert::QAModelPtr model = mpibert::make_qa_model_preset(model_type, preset, model_options);
+    model->module().train();
+    const mpibert::TrainingFlops flops = model->training_flops();
+    const std::vector<torch::Tensor> parameters = model->module().parameters();
     mpibert::AdamWOptions adam;
     adam.fused = optim == "adamw_torch_fused";
-    mpibert::AdamW optimizer(model->named_parameters(), adam);
+    mpibert::AdamW optimizer(model->module().named_parameters(), adam);
     mpibert::DistributedSampler sampler(store.num_features(), 0, 1, mpibert::DistributedSampler::Mode::kTrain, 42);
     if (variant.group_by_length) sampler.group_by_length(mpibert::feature_lengths(store), batch);
     const std::vector<int64_t> order = sampler.indices(0);
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
       if (step == 1) start = std::chrono::steady_clock::now();  // step 0 warms up
       const auto first = order.begin() + static_cast<long>(step * batch);
       mpibert::Batch b = mpibert::make_batch(store, std::vector<int64_t>(first, first + batch), variant.padding);
-      mpibert::forward_batch(model, b).loss.backward();
+      mpibert::forward_batch(*model, b).loss.backward();
       mpibert::clip_grad_norm(parameters, 1.0);
       optimizer.step(1e-4);
       optimizer.zero_grad();
@@ -109,15 +112,15 @@ int main(int argc, char** argv) {
           "{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"real_tokens_per_sample\": %.1f, "
           "\"model_flops_per_sample\": %.6g, \"model_flops_per_second\": %.6g, \"matmul_flops_per_second\": %.6g, "
           "\"mfu\": %.4f, \"precision\": \"%s\", \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
-          "\"variant\": \"%s\", \"optim\": \"%s\"}\n",
+          "\"variant\": \"%s\", \"optim\": \"%s\", \"model_type\": \"%s\"}\n",
           rate, tokens_per_sample, static_cast<double>(real_tokens) / static_cast<double>(samples),
           model_flops / static_cast<double>(samples), model_rate, matmul_rate, mfu, precision, static_cast<long long>(steps),
-          static_cast<long long>(batch), threads, variant.key, optim.c_str());
+          static_cast<long long>(batch), threads, variant.key, optim.c_str(), model_type.c_str());
       continue;
     }
     if (variant.padding == mpibert::Padding::kFull) full_rate = rate;
-    std::printf("%-5s %s batch %3lld threads %d %-26s %7.2f samples/s  %5.0f tokens/sample  MFU %.2f", preset.c_str(), precision,
-                static_cast<long long>(batch), threads, variant.name, rate, tokens_per_sample, mfu);
+    std::printf("%s %-5s %s batch %3lld threads %d %-26s %7.2f samples/s  %5.0f tokens/sample  MFU %.2f", model_type.c_str(),
+                preset.c_str(), precision, static_cast<long long>(batch), threads, variant.name, rate, tokens_per_sample, mfu);
     if (full_rate > 0) std::printf("  %.2fx full padding", rate / full_rate);  // not when --variant skipped it
     std::printf("\n");
   }

@@ -3,7 +3,11 @@
 know: a higher layer, or a sibling that is not listed below. Also fails on a source or header that
 sits in no layer folder, on an include of a project header that does not exist, and on modules of
 one layer that include each other, directly or around a circle (a module is a header and its .cpp:
-include/mpibert/runtime/peers.hpp with src/runtime/peers.cpp).
+include/mpibert/runtime/peers.hpp with src/runtime/peers.cpp). And fails where train/, eval/ or cli/
+name a concrete model: they speak to the QA model interface (nn/qa_model.hpp) and build models
+through model/model_registry.hpp, so no identifier there may be one of the model layer's models
+(each TORCH_MODULE it declares, its Impl, and the *Config structs beside them), and no file there
+may include a header that declares one.
 
     python3 scripts/check_layers.py [REPO_ROOT]
 
@@ -29,6 +33,12 @@ LAYERS = {
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h", ".cc"}
 PROJECT_INCLUDE = re.compile(r'^\s*#\s*include\s+"mpibert/([^"/]+)/([^"]+)"', re.M)
 ANY_PROJECT_INCLUDE = re.compile(r'^\s*#\s*include\s+"(mpibert/[^"]+)"', re.M)
+# The layers that must know no concrete model, and what declares one in the model layer.
+MODEL_AGNOSTIC = ("train", "eval", "cli")
+TORCH_MODULE = re.compile(r"\bTORCH_MODULE\((\w+)\)")
+CONFIG_STRUCT = re.compile(r"^\s*struct\s+(\w+Config)\b", re.M)
+IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*\b")
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 def layer_of(path: pathlib.Path, root: pathlib.Path):
@@ -60,6 +70,44 @@ def check(root: pathlib.Path):
                 problems.append(f"{name}: layer {layer} includes mpibert/{used}/{header} "
                                 f"(layer {used}); {layer} may include {allowed}")
     return files, problems
+
+
+def concrete_models(root: pathlib.Path):
+    """The model layer's models: {name: header} for every TORCH_MODULE (and its Impl) and every
+    *Config struct declared under include/mpibert/model and src/model."""
+    names = {}
+    for folder in ("include/mpibert/model", "src/model"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix not in SOURCE_SUFFIXES:
+                continue
+            text = path.read_text(encoding="utf-8")
+            header = str(path.relative_to(root))
+            for name in TORCH_MODULE.findall(text):
+                names[name] = names[name + "Impl"] = header
+            for name in CONFIG_STRUCT.findall(text):
+                names[name] = header
+    return names
+
+
+def model_agnostic_problems(root: pathlib.Path, files):
+    """Files of train/, eval/ and cli/ that name a concrete model or include a header declaring one."""
+    models = concrete_models(root)
+    declaring = {pathlib.PurePath(header).relative_to("include").as_posix()
+                 for header in models.values() if header.startswith("include/")}
+    problems = []
+    for path in files:
+        if layer_of(path, root) not in MODEL_AGNOSTIC:
+            continue
+        name = path.relative_to(root)
+        text = path.read_text(encoding="utf-8")
+        for include in sorted(set(ANY_PROJECT_INCLUDE.findall(text)) & declaring):
+            problems.append(f"{name}: includes \"{include}\", which declares a concrete model; "
+                            f"{layer_of(path, root)} speaks to nn/qa_model.hpp and model/model_registry.hpp")
+        named = sorted({word for word in IDENTIFIER.findall(COMMENT.sub("", text)) if word in models})
+        if named:
+            problems.append(f"{name}: names the concrete model(s) {', '.join(named)} "
+                            f"(declared in {', '.join(sorted({models[n] for n in named}))})")
+    return problems
 
 
 def module_of(path: pathlib.Path, root: pathlib.Path):
@@ -106,6 +154,7 @@ def main():
         for used in below:
             assert order.index(used) < order.index(layer), f"LAYERS lists {used} below {layer} but after it"
     files, problems = check(root)
+    problems += model_agnostic_problems(root, files)
     problems += [f"modules include each other: {' -> '.join(circle)}" for circle in module_circles(root, files)]
     for problem in problems:
         print(problem)

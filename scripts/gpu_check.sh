@@ -23,12 +23,12 @@
 #        a profiled run                             its trace holds our phases (and GPU kernels)
 #      printed as one table;
 #   4. unless --skip-throughput, STEPS (100) bf16 steps of bert-base at batch BATCH (32) on the
-#      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches, and packed with
-#      --cuda-graphs (samples/s over the whole run and steady after the warm-up steps, MFU, peak
-#      GPU memory); the packed step's kernels per step, GPU-busy time, gaps and top kernels, eager
-#      and graphed (tools/mpibert_tools/kernel_accounting.py over a profiled window); and HF's
-#      Trainer on the same GPU (bench/hf_peer/run_qa_peer.py throughput, full padding) unless
-#      --skip-peer.
+#      bundled SQuAD v1.1 dev features, with full, dynamic and packed batches, packed with
+#      --cuda-graphs, and distilbert-base packed beside them (samples/s over the whole run and
+#      steady after the warm-up steps, MFU, peak GPU memory); the packed step's kernels per step,
+#      GPU-busy time, gaps and top kernels, eager and graphed
+#      (tools/mpibert_tools/kernel_accounting.py over a profiled window); and HF's Trainer on the
+#      same GPU (bench/hf_peer/run_qa_peer.py throughput, full padding) unless --skip-peer.
 # Exits 1 on any failed check. `--device cpu` runs steps 3 on the CPU in place of the GPU (ctest
 # gpu_check.cpu), so that the script itself is tested where no GPU is. `--out DIR` copies the
 # table, the throughput figures and a tarball of every log and results.json into DIR (4 files).
@@ -482,14 +482,20 @@ if [ "$device" = cuda ] && [ "$throughput" = 1 ]; then
   fi
   echo "| run | samples/s, whole run | samples/s, steady | MFU | model GFLOP/sample (real tokens) | peak GPU memory |" > "$speeds"
   echo "|---|---|---|---|---|---|" >> "$speeds"
-  for mode in full dynamic packed packed-graphs; do
+  # bert-base with each padding and packed with --cuda-graphs, then distilbert-base packed beside
+  # it (the same shards).
+  for run in bert:full bert:dynamic bert:packed bert:packed-graphs distilbert:packed; do
+    model=${run%%:*} mode=${run#*:}
     padding=${mode%-graphs} graphs=()
     [ "$mode" = packed-graphs ] && graphs=(--cuda-graphs)
-    rm -rf "$work/bert-$mode"
-    logged "bert-$mode" "$bin/mpibert" train --model-config bench/bert-base-config.json --vocab "$vocab" \
-      --train-shards "$work/bert-shards" --output-dir "$work/bert-$mode" --device cuda --bf16 --padding "$padding" "${graphs[@]}" \
+    name=$model-$mode
+    label="mpibert, $mode"
+    [ "$model" = bert ] || label="mpibert $model-base, $mode"
+    rm -rf "$work/$name"
+    logged "$name" "$bin/mpibert" train --model-config "bench/$model-base-config.json" --vocab "$vocab" \
+      --train-shards "$work/bert-shards" --output-dir "$work/$name" --device cuda --bf16 --padding "$padding" "${graphs[@]}" \
       --batch-size "${BATCH:-32}" --max-steps "${STEPS:-100}" --learning-rate 4e-5 --logging-steps 20 --save-total-limit 1 || failed=1
-    "$py" - "$work/bert-$mode" "mpibert, $mode" >> "$speeds" <<'PY' || echo "| mpibert, $mode | failed (log) | | | | |" >> "$speeds"
+    "$py" - "$work/$name" "$label" >> "$speeds" <<'PY' || echo "| $label | failed (log) | | | | |" >> "$speeds"
 import json, sys
 run, label = sys.argv[1:]
 r = json.load(open(run + "/results.json"))

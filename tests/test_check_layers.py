@@ -78,6 +78,40 @@ class CheckLayers(unittest.TestCase):
         result = run(root)
         self.assertEqual(result.returncode, 0, result.stdout)
 
+    MODEL_HEADER = ("// A model of the model layer.\nstruct TinyConfig {};\n"
+                    "class TinyQAImpl : public torch::nn::Module {};\nTORCH_MODULE(TinyQA);\n")
+
+    def test_train_eval_and_cli_name_no_concrete_model(self):
+        root = self.make_tree({
+            "include/mpibert/nn/qa_model.hpp": "",
+            "include/mpibert/model/tiny_qa.hpp": self.MODEL_HEADER,
+            "include/mpibert/model/model_registry.hpp": '#include "mpibert/nn/qa_model.hpp"\n',
+            "src/model/model_registry.cpp": '#include "mpibert/model/tiny_qa.hpp"\nTinyQA make(TinyConfig c);\n',
+            "src/train/trainer.cpp": '#include "mpibert/model/model_registry.hpp"\n// TinyQA in a comment is fine\n'
+                                     'void run(TinyQA& model);\n',
+            "src/eval/scores.cpp": "TinyQAImpl* impl; TinyConfig config;\n",
+            "src/cli/commands.cpp": '#include "mpibert/model/tiny_qa.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("src/train/trainer.cpp: names the concrete model(s) TinyQA "
+                      "(declared in include/mpibert/model/tiny_qa.hpp)", result.stdout)
+        self.assertIn("src/eval/scores.cpp: names the concrete model(s) TinyConfig, TinyQAImpl", result.stdout)
+        self.assertIn('src/cli/commands.cpp: includes "mpibert/model/tiny_qa.hpp", which declares a concrete model',
+                      result.stdout)
+        self.assertNotIn("src/model/", result.stdout)  # the model layer names its own models
+        self.assertIn("3 problem(s)", result.stdout)
+
+    def test_the_interface_and_the_registry_are_what_train_may_use(self):
+        root = self.make_tree({
+            "include/mpibert/nn/qa_model.hpp": "class QuestionAnsweringModel {};\n",
+            "include/mpibert/model/tiny_qa.hpp": self.MODEL_HEADER,
+            "include/mpibert/model/model_registry.hpp": '#include "mpibert/nn/qa_model.hpp"\n',
+            "src/train/trainer.cpp": '#include "mpibert/model/model_registry.hpp"\nvoid run(QuestionAnsweringModel& m);\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 0, result.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -99,7 +99,7 @@ cells = [[c.strip() for c in l.strip().strip("|").split("|")] for l in rows]
 header, body = cells[0], [c for c in cells[2:]]
 check(len(body) == 6, "expected 6 table rows, found %d" % len(body))
 col = {name: header.index(name) for name in header}
-for name in ("run", "source", "strategy", "ranks", "samples/s", "samples/s incl. setup", "MFU", "speedup", "efficiency",
+for name in ("run", "source", "model", "strategy", "ranks", "samples/s", "samples/s incl. setup", "MFU", "speedup", "efficiency",
              "EM", "F1", "validation loss", "training time", "device", "epochs", "validation loss by epoch",
              "held MiB/rank", "peak MiB/rank"):
     check(name in col, "column %r missing from the header %r" % (name, header))

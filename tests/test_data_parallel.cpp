@@ -27,6 +27,7 @@
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/distilbert_qa.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "rank_optimizer.hpp"
@@ -533,6 +534,59 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values("zero1", "zero2", "fsdp"), strategy_test_name);
+
+// DistilBERT through the strategies, which know it by its description alone (its units: the
+// embeddings, each block, the QA head; its word embedding for ddp's sparse exchange): three
+// accumulated steps of each end where ddp's do, as BERT's above, and ddp's sparse exchange where
+// the dense one does.
+class DistilBertStrategies : public DataParallelTest {};
+
+TEST_P(DistilBertStrategies, EndWhereDdpEnds) {
+  DistilBertConfig config;
+  config.vocab_size = 30;
+  config.dim = 4;
+  config.n_layers = 2;
+  config.n_heads = 1;
+  config.hidden_dim = 8;
+  config.max_position_embeddings = 16;
+  config.dropout = config.attention_dropout = config.qa_dropout = 0;
+  auto run = [&](const std::string& strategy, EmbeddingExchange exchange) {
+    torch::manual_seed(1);
+    DistilBertForQuestionAnswering model(config);
+    DataParallelOptions options = options_for(strategy, 40, 100);
+    options.embedding_exchange = exchange;
+    const auto parallel = make_data_parallel(model->description(), communicator_, adam_with_decay(), options);
+    parallel->broadcast_parameters();
+    for (int step = 0; step < 3; ++step) {
+      for (int micro = 0; micro < 2; ++micro) {
+        torch::manual_seed(static_cast<uint64_t>(3000 + 10 * rank_ + 2 * step + micro));
+        const torch::Tensor ids = torch::randint(1, config.vocab_size, {2, 6}, torch::kLong);
+        parallel->note_input_ids(ids);
+        parallel->begin_backward(micro == 1);
+        model
+            ->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 6, {2}, torch::kLong),
+                      torch::randint(0, 6, {2}, torch::kLong))
+            .loss.backward();
+      }
+      parallel->finish_gradient_sync();
+      parallel->clip_and_step(0.5, 1e-2);
+      parallel->zero_grad();
+    }
+    const WholeParameters whole(*parallel);
+    std::vector<torch::Tensor> copies;
+    for (const auto& parameter : model->parameters()) copies.push_back(parameter.detach().clone());
+    return copies;
+  };
+  const auto ddp = run("ddp", EmbeddingExchange::kDense), mine = run(GetParam(), EmbeddingExchange::kSparse);
+  const auto names = DistilBertForQuestionAnswering(config)->named_parameters().keys();
+  for (size_t k = 0; k < mine.size(); ++k) {
+    if (test::has_zero_true_gradient(names[k], config.n_layers)) continue;
+    EXPECT_TRUE(torch::allclose(mine[k], ddp[k], 1e-4, 1e-5)) << names[k];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DistilBertStrategies, ::testing::Values("ddp", "zero1", "zero2", "fsdp", "hsdp"),
+                         strategy_test_name);
 
 // hsdp over groups of G consecutive ranks (every G that divides the ranks): three accumulated steps
 // end where ddp's end within the sharded strategies' round-off, each rank holds 1/G of the AdamW

@@ -122,6 +122,47 @@ TEST_F(DataParallelRun, EveryStrategyOnTwoAndThreeRanksMatchesOneRankWithTheSame
   }
 }
 
+// DistilBERT through the same command: config.json's model_type picks it, and ddp and fsdp on 2
+// ranks end where 1 rank ends with the same global batch (the strategies know it by its
+// description alone), as does an fsdp run resumed on 1 rank from its checkpoint.
+TEST_F(DataParallelRun, DistilBertOnTwoRanksMatchesOneRank) {
+  test::TempDir runs;
+  const nlohmann::json distil = {{"model_type", "distilbert"},
+                                 {"dim", 32},
+                                 {"n_layers", num_hidden_layers()},
+                                 {"n_heads", 4},
+                                 {"hidden_dim", 64},
+                                 {"dropout", 0.0},
+                                 {"attention_dropout", 0.0},
+                                 {"qa_dropout", 0.0},
+                                 {"max_position_embeddings", 512}};
+  test::write_text(data_->file("distilbert.json"), distil.dump());
+  auto one = train(0, runs.file("one"), "--batch-size 12 --max-steps 3", "", "distilbert.json");
+  ASSERT_EQ(one.exit_status, 0) << one.output;
+  const std::string reference = checkpoint(runs.file("one"), 3) + "/model.safetensors";
+  for (const char* strategy : {"ddp", "fsdp"}) {
+    const std::string run = runs.file(strategy);
+    auto result = train(2, run, std::string("--batch-size 6 --max-steps 3 --strategy ") + strategy, "", "distilbert.json");
+    ASSERT_EQ(result.exit_status, 0) << result.output;
+    const double difference = max_difference(reference, checkpoint(run, 3) + "/model.safetensors");
+    std::cout << "DistilBERT, 2 ranks " << strategy << " vs 1 rank: max |difference| " << difference << "\n";
+    EXPECT_LT(difference, 1e-5) << strategy;
+    const auto results = nlohmann::json::parse(read_file(run + "/results.json"));
+    EXPECT_EQ(results["architecture"], "DistilBertForQuestionAnswering");
+    EXPECT_EQ(results["parallel"]["strategy"], strategy);
+  }
+  // fsdp's checkpoint reshards: 2 ranks stopped after step 1, resumed on 1 rank, end where 1 rank ends.
+  const std::string resharded = runs.file("resharded");
+  auto first = train(2, resharded, "--batch-size 6 --max-steps 3 --stop-after-steps 1 --strategy fsdp", "", "distilbert.json");
+  ASSERT_EQ(first.exit_status, 0) << first.output;
+  auto second = train(0, resharded, "--batch-size 12 --max-steps 3 --resume auto", "", "distilbert.json");
+  ASSERT_EQ(second.exit_status, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+  const double difference = max_difference(reference, checkpoint(resharded, 3) + "/model.safetensors");
+  std::cout << "DistilBERT, 2 ranks fsdp resumed on 1 rank vs 1 rank: max |difference| " << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
+}
+
 // With gradient accumulation, the sharded strategies end where ddp does, and hold less per rank
 // between steps: zero1 half the optimizer state, zero2 also half the gradients, fsdp also half the
 // parameters (results.json's memory_per_rank, measured from the storage allocated).

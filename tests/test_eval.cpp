@@ -75,7 +75,7 @@ TEST(Batching, PackedGivesThePaddedLogitsAndPredictions) {
   std::vector<int64_t> indices(8);
   std::iota(indices.begin(), indices.end(), 0);
   const Batch padded = make_batch(store, indices, Padding::kDynamic), packed = make_batch(store, indices, Padding::kPacked);
-  QAOutput a = forward_batch(model, padded), b = forward_batch(model, packed);
+  QAOutput a = forward_batch(*model, padded), b = forward_batch(*model, packed);
   ASSERT_EQ(b.start_logits.size(0), static_cast<int64_t>(indices.size()));
   for (size_t row = 0; row < indices.size(); ++row) {
     const int64_t length = store.feature(indices[row]).length;
@@ -85,8 +85,8 @@ TEST(Batching, PackedGivesThePaddedLogitsAndPredictions) {
       EXPECT_TRUE(y[r].slice(0, length).eq(std::numeric_limits<float>::lowest()).all().item<bool>());
     }
   }
-  const FeatureLogits dynamic_logits = compute_logits(model, store, 5, 0, -1, Padding::kDynamic);
-  const FeatureLogits packed_logits = compute_logits(model, store, 5, 0, -1, Padding::kPacked);
+  const FeatureLogits dynamic_logits = compute_logits(*model, store, 5, 0, -1, Padding::kDynamic);
+  const FeatureLogits packed_logits = compute_logits(*model, store, 5, 0, -1, Padding::kPacked);
   const auto dynamic_predictions = postprocess_qa_predictions(store, dynamic_logits.start, dynamic_logits.end, {});
   const auto packed_predictions = postprocess_qa_predictions(store, packed_logits.start, packed_logits.end, {});
   ASSERT_EQ(dynamic_predictions.size(), packed_predictions.size());

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <tuple>
 
@@ -13,6 +14,7 @@
 #include "mpibert/data/batching.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/model_registry.hpp"
 #include "mpibert/model/varlen_attention.hpp"
 #include "mpibert/nn/optimizer.hpp"
 #include "mpibert/nn/safetensors.hpp"
@@ -119,8 +121,8 @@ TEST(Bf16ModelParity, CudaAutocastStaysWithinTheStatedTolerance) {
 // Packed batches on the GPU (one SDPA call per feature, unmasked, so flash or memory-efficient
 // kernels) give the CPU's packed logits, loss and gradients. fp32 without TF32: only summation
 // order differs, so 1e-4 leaves room for other kernels and still fails for a wrong result.
-TEST(GpuPackedBatches, FollowTheCpu) {
-  SKIP_WITHOUT_GPU();
+// `make_model` builds the same model (seeded) each time it is called.
+void expect_packed_gpu_follows_cpu(const std::function<QAModelPtr()>& make_model) {
   set_tf32(false);
   test::TempDir dir;
   test::prepare_shards(dir.path(), test::squad_v1_path(), 0, 12, "train");
@@ -128,10 +130,10 @@ TEST(GpuPackedBatches, FollowTheCpu) {
   const Batch batch = make_batch(store, {0, 1, 2, 3, 4, 5}, Padding::kPacked);
   auto run = [&](const torch::Device& device) {
     torch::manual_seed(3);
-    BertForQuestionAnswering model(BertConfig::load(model_fixture("config.json")));
-    model->to(device);
-    model->eval();
-    QAOutput out = forward_batch(model, batch.to(device));
+    QAModelPtr model = make_model();
+    model->module().to(device);
+    model->module().eval();
+    QAOutput out = forward_batch(*model, batch.to(device));
     out.loss.backward();
     return std::pair{out, model};
   };
@@ -141,12 +143,27 @@ TEST(GpuPackedBatches, FollowTheCpu) {
   EXPECT_LE(max_abs_diff(gpu.end_logits, cpu.end_logits), 1e-4);
   EXPECT_LE(max_abs_diff(gpu.loss, cpu.loss), 1e-5);
   double worst = 0;
-  const auto gpu_parameters = gpu_model->named_parameters();
-  for (const auto& item : cpu_model->named_parameters())
+  const auto gpu_parameters = gpu_model->module().named_parameters();
+  for (const auto& item : cpu_model->module().named_parameters())
     worst = std::max(worst, max_abs_diff(gpu_parameters[item.key()].grad(), item.value().grad()));
   EXPECT_LE(worst, 1e-4);
-  std::cout << "  packed on the GPU against the CPU: loss " << gpu.loss.item<double>() << " / " << cpu.loss.item<double>()
-            << ", gradients max |diff| " << worst << "\n";
+  std::cout << "  " << cpu_model->model_type() << " packed on the GPU against the CPU: loss " << gpu.loss.item<double>() << " / "
+            << cpu.loss.item<double>() << ", gradients max |diff| " << worst << "\n";
+}
+
+TEST(GpuPackedBatches, FollowTheCpu) {
+  SKIP_WITHOUT_GPU();
+  expect_packed_gpu_follows_cpu([] { return make_qa_model_from_file(model_fixture("config.json"), {}); });
+}
+
+// DistilBERT's blocks through the same varlen kernels: its fixture's shape, with the shards'
+// vocabulary and sequence length.
+TEST(GpuPackedBatches, DistilBertFollowsTheCpu) {
+  SKIP_WITHOUT_GPU();
+  nlohmann::json config = read_json_file(test::fixtures_dir() + "/distilbert/config.json");
+  config["vocab_size"] = 30522;
+  config["max_position_embeddings"] = 512;
+  expect_packed_gpu_follows_cpu([&] { return make_qa_model(config, "distilbert fixture config", {}); });
 }
 
 // Activation checkpointing on the GPU, dropout on, padded (masked SDPA) and packed (the varlen
@@ -177,7 +194,7 @@ TEST(GpuActivationCheckpointing, ReplaysTheCudaDropoutMasks) {
         model->to(device);
         model->train();
         torch::manual_seed(7);
-        const torch::Tensor loss = forward_batch(model, batch).loss;
+        const torch::Tensor loss = forward_batch(*model, batch).loss;
         loss.backward();
         return std::tuple{loss, model, torch::rand({4}, torch::TensorOptions().device(device))};
       };

@@ -14,6 +14,7 @@
 #include "mpibert/data/shards.hpp"
 #include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/model_registry.hpp"
 #include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/safetensors.hpp"
 #include "mpibert/train/run_log.hpp"
@@ -669,6 +670,49 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("checkpoint trained with another vocab"), std::string::npos) << e.what();
   }
+}
+
+// DistilBERT through the same trainer: config.json's model_type picks it, results.json and the run
+// directory name it, packed batches train it, a run stopped and resumed ends bit for bit where an
+// uninterrupted one does (dropout on: the RNG is restored), the run directory loads as a
+// DistilBERT, and a BERT run does not resume its checkpoint.
+TEST_F(Trainer, DistilBertTrainsEvaluatesAndResumesThroughTheSamePath) {
+  test::TempDir straight, interrupted;
+  const nlohmann::json distil = {
+      {"model_type", "distilbert"}, {"dim", 32},        {"n_layers", 2}, {"n_heads", 4}, {"hidden_dim", 64}, {"dropout", 0.1},
+      {"attention_dropout", 0.1},   {"qa_dropout", 0.1}};
+  test::write_text(straight.file("distilbert.json"), distil.dump());
+  TrainOptions o = options(straight.file("run"));
+  o.model_config = straight.file("distilbert.json");
+  o.padding = Padding::kPacked;
+  const nlohmann::ordered_json full = train(o);
+  EXPECT_EQ(full["model_type"], "distilbert");
+  EXPECT_EQ(full["architecture"], "DistilBertForQuestionAnswering");
+  EXPECT_EQ(full["parameters"]["model"]["dim"], 32);
+  EXPECT_TRUE(full.contains("eval_f1"));
+  EXPECT_EQ(read_json_file(straight.file("run/config.json"))["architectures"][0], "DistilBertForQuestionAnswering");
+
+  TrainOptions first = options(interrupted.path());
+  first.model_config = o.model_config;
+  first.padding = Padding::kPacked;
+  first.stop_after_steps = 4;
+  EXPECT_EQ(train(first)["global_step"], 4);
+  TrainOptions second = first;
+  second.stop_after_steps = 0;
+  second.resume = "auto";
+  EXPECT_EQ(train(second)["resumed_from_step"], 4);
+  const std::string name = "checkpoint-" + std::to_string(full["global_step"].get<int64_t>());
+  const SafetensorsFile a = SafetensorsFile::open(straight.file("run/" + name + "/model.safetensors"));
+  const SafetensorsFile b = SafetensorsFile::open(interrupted.file(name + "/model.safetensors"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i)
+    EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
+  EXPECT_EQ(read_json_file(interrupted.file(name + "/trainer_state.json"))["model_config"]["model_type"], "distilbert");
+  EXPECT_EQ(load_qa_model(straight.file("run"), test::vocab_path())->architecture(), "DistilBertForQuestionAnswering");
+
+  second.model_config = data_->file("config.json");  // the fixture's BERT
+  const std::string refused = test::error_of([&] { train(second); });
+  EXPECT_NE(refused.find("checkpoint of another model: distilbert (this run: bert)"), std::string::npos) << refused;
 }
 
 // A checkpoint damaged on disk (a flipped byte, a file cut short, its checksums gone) is refused

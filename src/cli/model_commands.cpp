@@ -16,6 +16,7 @@
 #include "mpibert/core/logging.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/model_registry.hpp"
 #include "mpibert/parallel/strategies.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
@@ -50,6 +51,13 @@ CLI::Option* add_choice(CLI::App* command, const std::string& flags, Enum& value
   return command->add_option_function<std::string>(flags, store, help)
       ->check(CLI::IsMember(table))
       ->default_str(option_name(value));
+}
+
+// --model-type's values: "bert, distilbert".
+std::string model_type_list() {
+  std::string list;
+  for (const std::string& type : qa_model_types()) list += (list.empty() ? "" : ", ") + type;
+  return list;
 }
 
 // --strategy: the rows of the strategy table, each with its line.
@@ -132,7 +140,7 @@ struct ModelCommands::Impl {
 
 ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   app.set_version_flag("--version", mpibert_version_text(), "print mpibert's version and git commit, and exit");
-  CLI::App* c = impl_->train = app.add_subcommand("train", "fine-tune BERT for SQuAD on prepared shards");
+  CLI::App* c = impl_->train = app.add_subcommand("train", "fine-tune BERT or DistilBERT for SQuAD on prepared shards");
   // CLI11 reads config files on the top-level app only: --config belongs to it, and falls through
   // from `train` so that `mpibert train --config FILE` works; the file's [train] section applies.
   app.set_config("--config", "", "read options from this file (TOML: options of `train` under [train])");
@@ -234,6 +242,10 @@ void ModelCommands::Impl::add_train_options() {
   add.group = "Model";
   add(o.model_dir, "HF model directory to start from (config.json + model.safetensors), or a sentence-transformers one");
   add(o.model_config, "config.json for a randomly initialized model (without --model)");
+  add(o.model_type, "the model to build, as HF's model_type (" + model_type_list() +
+                        "): needed only for a config.json without model_type (which is otherwise bert), and must agree "
+                        "with one that has it")
+      ->check(CLI::IsMember(qa_model_types()));
   add(o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
   add(o.model.gradient_checkpointing, "recompute each encoder layer in backward instead of keeping its activations (HF's)");
 
@@ -385,8 +397,8 @@ int ModelCommands::run() {
 }
 
 int ModelCommands::Impl::run_eval() {
-  BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
-  model->to(select_device(device, local_rank()));
+  const QAModelPtr model = load_qa_model(model_dir, model_dir + "/vocab.txt");
+  model->module().to(select_device(device, local_rank()));
   FeatureStore store = FeatureStore::open(data_dir);
   check_squad_version("--version-2-with-negative", postprocess.version_2_with_negative, data_dir, store);
   // The batches split over the ranks by --batch-size and the shards' features, and rank 0 gathers
@@ -400,7 +412,7 @@ int ModelCommands::Impl::run_eval() {
                               {"--null-score-diff-threshold", postprocess.null_score_diff_threshold},
                               {"--version-2-with-negative", postprocess.version_2_with_negative}},
                              [](const std::string& key) { return key; });
-  EvalResult result = evaluate(model, store, output_dir, batch_size, postprocess, eval_padding);
+  EvalResult result = evaluate(*model, store, output_dir, batch_size, postprocess, eval_padding);
   if (world_rank() != 0) return 0;
   // run_qa's eval_results.json (HF's names, sorted keys), and the number of ranks that evaluated.
   nlohmann::json metrics = eval_metrics_as_hf(result, world_size());
@@ -413,13 +425,13 @@ int ModelCommands::Impl::run_eval() {
 
 int ModelCommands::Impl::run_predict() {
   WordPieceTokenizer tokenizer(Vocab::load(model_dir + "/vocab.txt"));
-  BertForQuestionAnswering model = load_pretrained(model_dir, model_dir + "/vocab.txt");
-  model->to(select_device(device, 0));
+  const QAModelPtr model = load_qa_model(model_dir, model_dir + "/vocab.txt");
+  model->module().to(select_device(device, 0));
   const SquadDataset data = single_question("--context/--question", "question", context, question);
   ShardHeader header;
   header.split = "eval";
   FeatureStore store = FeatureStore::from_shard(build_shard(data, 0, 1, tokenizer, header));
-  const FeatureLogits logits = compute_logits(model, store, batch_size);
+  const FeatureLogits logits = compute_logits(*model, store, batch_size);
   const ExamplePrediction prediction = postprocess_qa_predictions(store, logits.start, logits.end, postprocess).front();
   const Candidate& best = prediction.nbest.front();
   nlohmann::ordered_json answer = {{"answer", prediction.text},

@@ -1,5 +1,7 @@
 #include "mpibert/nn/optimizer.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -7,7 +9,22 @@
 namespace mpibert {
 
 bool uses_weight_decay(const std::string& name) {
-  return name.find("bias") == std::string::npos && name.find("LayerNorm.weight") == std::string::npos;
+  // transformers' Trainer.get_decay_parameter_names: no decay where the lower-cased name matches
+  // bias, layernorm, rmsnorm, (^|\.)norm($|\.) or _norm($|\.) (BERT's LayerNorm, DistilBERT's
+  // sa_layer_norm and output_layer_norm).
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto contains = [&](const char* part) { return lower.find(part) != std::string::npos; };
+  auto norm_part = [&](const std::string& part, bool after_dot_or_start) {
+    for (size_t at = lower.find(part); at != std::string::npos; at = lower.find(part, at + 1)) {
+      const size_t end = at + part.size();
+      const bool starts = !after_dot_or_start || at == 0 || lower[at - 1] == '.';
+      if (starts && (end == lower.size() || lower[end] == '.')) return true;
+    }
+    return false;
+  };
+  return !(contains("bias") || contains("layernorm") || contains("rmsnorm") || norm_part("norm", true) ||
+           norm_part("_norm", false));
 }
 
 AdamW::AdamW(const torch::OrderedDict<std::string, torch::Tensor>& named_parameters, AdamWOptions options) : options_(options) {

@@ -2,13 +2,12 @@
 
 namespace mpibert {
 
-QAOutput forward_batch(BertForQuestionAnswering& model, const Batch& batch) {
+QAOutput forward_batch(QuestionAnsweringModel& model, const Batch& batch) {
   if (!batch.packed())
-    return model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions,
-                          batch.end_positions);
+    return model.forward(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.start_positions, batch.end_positions);
   const PackedFeatures features{batch.input_ids, batch.token_type_ids, batch.position_ids, batch.feature_offsets,
                                 batch.padded_length};
-  return model->forward_packed(features, batch.start_positions, batch.end_positions);
+  return model.forward_packed(features, batch.start_positions, batch.end_positions);
 }
 
 }  // namespace mpibert

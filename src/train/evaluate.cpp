@@ -58,12 +58,13 @@ void store_rows(const LogitsInFlight& flight, const FeatureStore& store, Feature
 
 Padding eval_padding(Padding training) { return training == Padding::kPacked ? Padding::kPacked : Padding::kDynamic; }
 
-FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size, int64_t first,
+FeatureLogits compute_logits(QuestionAnsweringModel& model, const FeatureStore& store, int64_t batch_size, int64_t first,
                              int64_t last, Padding padding) {
   if (last < 0) last = store.num_features();
-  const torch::Device device = model->parameters().front().device();
-  const bool was_training = model->is_training();
-  model->eval();
+  torch::nn::Module& module = model.module();
+  const torch::Device device = module.parameters().front().device();
+  const bool was_training = module.is_training();
+  module.eval();
   torch::NoGradGuard no_grad;
   FeatureLogits logits;
   logits.start.resize(static_cast<size_t>(store.num_features()));
@@ -83,11 +84,11 @@ FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore
   }
   if (previous) store_rows(*previous, store, logits);
   logits.loss_sum = loss_sum.item<double>();
-  if (was_training) model->train();
+  if (was_training) module.train();
   return logits;
 }
 
-EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
+EvalResult evaluate(QuestionAnsweringModel& model, const FeatureStore& store, const std::string& predictions_dir,
                     int64_t batch_size, const PostprocessOptions& postprocess, Padding padding) {
   const auto start = Clock::now();
   const Ranks ranks = Ranks::of_world();

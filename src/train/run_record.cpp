@@ -59,6 +59,9 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
     results["step_graphs"] = {{"eager_steps", graphs.eager_steps}, {"captures", graphs.captures}, {"replays", graphs.replays}};
   }
   results["parallel"] = parallel_summary();
+  // Which model trained (its whole config is parameters.model): what tools/compare labels runs by.
+  results["model_type"] = model().model_type();
+  results["architecture"] = model().architecture();
   const std::string communication = communicator_ ? communicator_->backend() : "none";
   results["environment"] = run_environment(ranks_.size, communication, device_);
   results["parameters"] = parameters();
@@ -82,7 +85,7 @@ nlohmann::ordered_json Trainer::parameters() const {
   parameters["warmup_steps"] = warmup_;
   parameters["lr_scheduler_kwargs"] = schedule_->resolved_kwargs();
   parameters["device"] = device_.str();
-  parameters["model"] = model_holder_.value()->config().to_json();
+  parameters["model"] = model().config_json();
   return parameters;
 }
 

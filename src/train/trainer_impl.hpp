@@ -13,11 +13,10 @@
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/sampler.hpp"
-#include "mpibert/model/bert_qa.hpp"
-#include "mpibert/model/flops.hpp"
 #include "mpibert/nn/loss_scaler.hpp"
 #include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/optimizer.hpp"
+#include "mpibert/nn/qa_model.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/train/evaluate.hpp"
@@ -83,7 +82,7 @@ class Trainer {
   const Ranks ranks_ = Ranks::of_world();
   const Clock::time_point run_start_ = Clock::now();
   torch::Device device_{torch::kCPU};
-  std::optional<BertForQuestionAnswering> model_holder_;
+  QAModelPtr model_;  // the model config.json's model_type picks (model/model_registry.hpp)
   std::optional<FeatureStore> store_, eval_store_;
   std::string resume_from_;
   TrainerState state_;
@@ -113,7 +112,8 @@ class Trainer {
   Clock::time_point loop_start_, step_start_;
   bool stop_requested_ = false;
 
-  BertForQuestionAnswering& model() { return *model_holder_; }
+  QuestionAnsweringModel& model() { return *model_; }
+  const QuestionAnsweringModel& model() const { return *model_; }
 };
 
 }  // namespace mpibert

@@ -8,7 +8,9 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/model/encoder_parts.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/model_registry.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/train/option_checks.hpp"
 #include "mpibert/train/trainer.hpp"
@@ -22,7 +24,7 @@ namespace {
 // What every rank must agree on before training together: the options, the model's shape and
 // the data. Each rank sends its description; a rank that differs from rank 0 is named, with the
 // entries that differ.
-nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& config) {
+nlohmann::ordered_json run_description(const TrainOptions& o, const nlohmann::ordered_json& model_config) {
   auto digest = [](const std::string& path) { return path.empty() ? std::string() : sha256_file(path); };
   nlohmann::ordered_json description;
   for_each_train_option(o, [&](const TrainOptionField& field, const auto& value) {
@@ -31,7 +33,7 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const BertConfig& 
   // The files by their content: one path may name other files on other nodes.
   description["train_manifest_sha256"] = digest(o.train_dir + "/" + kManifestName);
   description["eval_manifest_sha256"] = o.eval_dir.empty() ? "" : digest(o.eval_dir + "/" + kManifestName);
-  description["model_config"] = config.to_json();
+  description["model_config"] = model_config;
   description["vocab_sha256"] = digest(o.vocab);
   return description;
 }
@@ -95,8 +97,9 @@ void Trainer::set_up_model_and_data() {
     check_train_options(options_);
     check_output_dir_is_free(options_);
     device_ = select_device(options_.device, local_rank());
-    model_holder_ = options_.model_dir.empty() ? BertForQuestionAnswering(BertConfig::load(options_.model_config), options_.model)
-                                               : load_pretrained(options_.model_dir, options_.vocab, options_.model);
+    model_ = options_.model_dir.empty()
+                 ? make_qa_model_from_file(options_.model_config, options_.model, options_.model_type)
+                 : load_qa_model(options_.model_dir, options_.vocab, options_.model, nullptr, options_.model_type);
     store_ = FeatureStore::open(options_.train_dir);
     check_shard_geometry(options_.train_dir, store_->manifest().params);
     const std::string v2_flag = train_option_field(options_, options_.postprocess.version_2_with_negative).flag();
@@ -106,10 +109,10 @@ void Trainer::set_up_model_and_data() {
       eval_store_ = FeatureStore::open(options_.eval_dir);
       check_squad_version(v2_flag, options_.postprocess.version_2_with_negative, options_.eval_dir, *eval_store_);
     }
-    if (store_->manifest().vocab_size && store_->manifest().vocab_size != model()->config().vocab_size)
+    if (store_->manifest().vocab_size && store_->manifest().vocab_size != model().vocab_size())
       throw InputError(describe(options_.train_dir, "",
                                 "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
-                                    " tokens, but the model has vocab_size " + std::to_string(model()->config().vocab_size)));
+                                    " tokens, but the model has vocab_size " + std::to_string(model().vocab_size())));
     const std::string& shards_vocab = store_->manifest().vocab_sha256;
     if (!shards_vocab.empty() && sha256_file(options_.vocab) != shards_vocab)
       throw InputError(describe(options_.vocab, "",
@@ -118,9 +121,9 @@ void Trainer::set_up_model_and_data() {
     if (!resume_from_.empty()) state_ = load_training_checkpoint_model(resume_from_, checkpoint_context(), model());
     set_up_step_graphs();
   });
-  model()->to(device_);
-  model()->train();
-  require_same_on_every_rank(run_description(options_, model()->config()), train_option_labels(options_));
+  model().module().to(device_);
+  model().module().train();
+  require_same_on_every_rank(run_description(options_, model().config_json()), train_option_labels(options_));
 }
 
 void Trainer::set_up_schedule() {
@@ -155,7 +158,7 @@ void Trainer::set_up_parallel() {
   if (ranks_.size > 1)
     communicator_ = make_communicator(options_.device, options_.comm, device_, collective_timeout(),
                                       MpiCollectives{options_.mpi_collectives});
-  parallel_ = make_data_parallel(model_description(model()), communicator_, adam, options_.parallel);
+  parallel_ = make_data_parallel(model().description(), communicator_, adam, options_.parallel);
   if (!resume_from_.empty()) {
     agree_on(ranks_,
              [&] { load_training_checkpoint_rest(resume_from_, checkpoint_context(), state_.world_size, *parallel_, device_); });
@@ -167,9 +170,10 @@ void Trainer::set_up_parallel() {
     loss_scaler_.emplace();
     if (state_.loss_scaler) loss_scaler_->restore(*state_.loss_scaler);
   }
-  flops_per_token_ = 6.0 * static_cast<double>(count_non_embedding_parameters(*model()));
-  training_flops_ = bert_qa_training_flops(model()->config());
+  flops_per_token_ = 6.0 * static_cast<double>(model().non_embedding_parameters());
+  training_flops_ = model().training_flops();
   measure_matmul_rate();
+  spdlog::info("model: {} (model_type {})", model().architecture(), model().model_type());
   state_.world_size = ranks_.size;
   state_.per_rank_batch_size = options_.batch_size;
   state_.strategy = checkpoint_context().strategy;
@@ -179,7 +183,7 @@ void Trainer::set_up_parallel() {
       "{} parameters",
       device_.str(), store_->num_features(), total_steps_, steps_per_epoch_,
       options_.batch_size * options_.gradient_accumulation * ranks_.size, options_.batch_size, options_.gradient_accumulation,
-      ranks_.size, warmup_, count_parameters(*model()));
+      ranks_.size, warmup_, count_parameters(model().module()));
 }
 
 // --cuda-graphs: refused, before the run directory is written, where the step cannot be captured.

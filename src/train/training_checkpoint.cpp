@@ -14,6 +14,7 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/json_fields.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
+#include "mpibert/model/model_registry.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/train/stop_signals.hpp"
 
@@ -58,21 +59,6 @@ std::string rank_file(int rank) { return "rank-" + std::to_string(rank) + ".safe
 
 // The whole optimizer state (ddp, one process); sharded strategies keep theirs in the rank files.
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
-
-// The shape that a checkpoint and a run must share.
-std::string shape_mismatch(const BertConfig& a, const BertConfig& b) {
-  std::ostringstream out;
-  auto compare = [&](const char* key, int64_t x, int64_t y) {
-    if (x != y) out << (out.tellp() > 0 ? ", " : "") << key << " " << x << " (this run: " << y << ")";
-  };
-  compare("vocab_size", a.vocab_size, b.vocab_size);
-  compare("hidden_size", a.hidden_size, b.hidden_size);
-  compare("num_hidden_layers", a.num_hidden_layers, b.num_hidden_layers);
-  compare("num_attention_heads", a.num_attention_heads, b.num_attention_heads);
-  compare("intermediate_size", a.intermediate_size, b.intermediate_size);
-  compare("max_position_embeddings", a.max_position_embeddings, b.max_position_embeddings);
-  return out.str();
-}
 
 // Hidden names beside the checkpoints: one being built (.tmp), one being deleted (.removing), and
 // one moved aside while a new save of its step takes its name (.replaced).
@@ -165,7 +151,7 @@ nlohmann::ordered_json read_lr_scheduler(const JsonFields& fields, const JsonFie
 
 }  // namespace
 
-nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
+nlohmann::ordered_json TrainerState::to_json(const nlohmann::ordered_json& model_config) const {
   nlohmann::ordered_json history = nlohmann::ordered_json::array();
   for (const auto& [step, loss] : loss_history) history.push_back({{"step", step}, {"loss", loss}});
   nlohmann::ordered_json json = {{"global_step", global_step},
@@ -178,7 +164,7 @@ nlohmann::ordered_json TrainerState::to_json(const BertConfig& config) const {
                                  {"best_metric_name", "eval_f1"},
                                  {"best_step", best_step},
                                  {"total_flos", total_flos},
-                                 {"model_config", config.to_json()},
+                                 {"model_config", model_config},
                                  {"lr_scheduler", lr_scheduler},
                                  {"loss_history", history}};
   if (loss_scaler) {
@@ -245,7 +231,7 @@ std::vector<std::string> checkpoints_by_step(const std::string& output_dir) {
   return {found.begin(), found.end()};
 }
 
-void save_training_checkpoint(const CheckpointContext& context, BertForQuestionAnswering& model, DataParallel& parallel,
+void save_training_checkpoint(const CheckpointContext& context, QuestionAnsweringModel& model, DataParallel& parallel,
                               const TrainerState& state, const torch::Device& device) {
   const Ranks ranks{context.rank, context.world_size};
   const fs::path final_dir = checkpoint_dir(context.output_dir, state.global_step);
@@ -262,7 +248,7 @@ void save_training_checkpoint(const CheckpointContext& context, BertForQuestionA
         save_pretrained(model, staging.string(), context.vocab);
         if (!parallel.optimizer_state_is_sharded())
           write_safetensors((staging / kOptimizerFile).string(), parallel.optimizer_state());
-        write_file_atomic((staging / "trainer_state.json").string(), state.to_json(model->config()).dump(2) + "\n");
+        write_file_atomic((staging / "trainer_state.json").string(), state.to_json(model.config_json()).dump(2) + "\n");
       }
       std::vector<NamedTensor> own = {{"cpu_rng_state", rng_state(torch::kCPU)}};
       if (device.is_cuda()) own.push_back({"cuda_rng_state", rng_state(device)});
@@ -457,19 +443,22 @@ int64_t micro_batches_done_here(const std::string& dir, const TrainerState& save
 }  // namespace
 
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
-                                            BertForQuestionAnswering& model) {
+                                            QuestionAnsweringModel& model) {
   TrainerState state = read_trainer_state(dir + "/trainer_state.json");
   state.micro_batches_done = micro_batches_done_here(dir, state, context);
   if (state.world_size != context.world_size || state.strategy != context.strategy)
     spdlog::info("{}: written by {} ranks ({}), resharded for {} ranks ({})", dir, state.world_size, state.strategy,
                  context.world_size, context.strategy);
-  const BertConfig saved = BertConfig::load(dir + "/config.json");
-  if (std::string mismatch = shape_mismatch(saved, model->config()); !mismatch.empty())
+  const std::string config_path = dir + "/config.json";
+  const nlohmann::json saved = read_json_file(config_path);
+  if (const std::string type = resolve_model_type(saved, config_path); type != model.model_type())
+    throw InputError(describe(dir, "", "checkpoint of another model: " + type + " (this run: " + model.model_type() + ")"));
+  if (std::string mismatch = model.shape_mismatch(saved, config_path); !mismatch.empty())
     throw InputError(describe(dir, "", "checkpoint of another model shape: " + mismatch));
   if (!context.vocab.empty() && read_file_bytes(dir + "/vocab.txt") != read_file_bytes(context.vocab))
     throw InputError(describe(dir, "",
                               "checkpoint trained with another vocab than " + context.vocab + " (its own is vocab.txt there)"));
-  load_state(model, SafetensorsFile::open(dir + "/model.safetensors"));
+  model.load_state(SafetensorsFile::open(dir + "/model.safetensors"));
   return state;
 }
 

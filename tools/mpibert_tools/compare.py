@@ -8,7 +8,8 @@ A RUN_DIR is any of (run_sources.py reads them):
 - an HF Trainer output_dir as run_qa.py leaves it (all_results.json / train_results.json /
   eval_results.json, trainer_state.json with its log history);
 - a Lightning CSVLogger folder (metrics.csv + hparams.yaml), or the folder of its version_N.
-A figure a source does not record is shown as a dash and listed under "Not recorded" with the
+The model column is the architecture a run trained (mpibert's results.json, an HF output_dir's
+config.json). A figure a source does not record is shown as a dash and listed under "Not recorded" with the
 reason; none is estimated. --ranks and --strategy state what a source leaves out (HF's files do not
 record the number of processes).
 
@@ -75,10 +76,10 @@ def md_escape(text):
     return DASH if text is None else str(text).replace("|", "\\|").replace("\n", " ")
 
 
-HEADER = ["run", "source", "device", "padding", "strategy", "ranks", "epochs", "training time", "samples/s",
+HEADER = ["run", "source", "model", "device", "padding", "strategy", "ranks", "epochs", "training time", "samples/s",
           "steady samples/s", "samples/s incl. setup", "MFU", "speedup", "efficiency", "EM", "F1", "validation loss",
           "validation loss by epoch", "held MiB/rank", "peak MiB/rank"]
-ALIGN = ["---", "---", "---", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:",
+ALIGN = ["---", "---", "---", "---", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:",
          "--:", "--:", "---", "--:", "--:"]
 MIB = 1024.0 * 1024.0
 RUNTIME_MARK = "\u2020"  # a speedup over train_runtime, not over the steps
@@ -91,6 +92,7 @@ def table_rows(runs):
         rows.append([
             md_escape(run.label),
             md_escape(run.source),
+            md_escape(run.model),
             md_escape(run.device()),
             md_escape(run.padding),
             md_escape(run.strategy),

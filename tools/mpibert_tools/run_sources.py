@@ -59,6 +59,7 @@ class Run:
         self.name = os.path.basename(os.path.normpath(self.dir))
         self.label = self.name
         self.ranks = self.strategy = self.communication = None
+        self.model = None  # HF's architecture ("DistilBertForQuestionAnswering"), where the run records it
         self.device_text = None
         self.device_kind = None  # ("cpu" or "gpu", the model or None), where the source records it
         self.padding = None  # mpibert's --padding (full, dynamic, packed), where the source records it
@@ -200,6 +201,18 @@ def read_jsonl_points(run, path):
         run.notes.append("skipped %d malformed line(s) of metrics.jsonl" % bad)
 
 
+def architecture_of(config):
+    """HF's architecture named by a config.json (or results.json's parameters.model): its first
+    "architectures" entry, else its model_type; None when it names neither."""
+    if not isinstance(config, dict):
+        return None
+    names = config.get("architectures")
+    if isinstance(names, list) and names and isinstance(names[0], str):
+        return names[0]
+    model_type = config.get("model_type")
+    return model_type if isinstance(model_type, str) and model_type else None
+
+
 def read_mpibert(path, order):
     r = read_json(os.path.join(path, "results.json"), "results.json")
     peer = isinstance(r.get("parallel"), dict) and r["parallel"].get("strategy") == "hf-trainer"
@@ -246,6 +259,8 @@ def read_mpibert(path, order):
     run.f1 = num(r.get("eval_f1"))
     run.eval_loss = num(r.get("eval_loss"))
     run.global_batch = num(params.get("global_batch_size"))
+    architecture = r.get("architecture")
+    run.model = architecture if isinstance(architecture, str) and architecture else architecture_of(params.get("model"))
     run.memory = memory_per_rank(parallel.get("memory_per_rank"))
     if run.memory is None:
         run.lack("memory per rank", "results.json has no parallel.memory_per_rank (written since 2026-11-25)")
@@ -321,6 +336,9 @@ def read_hf_trainer(path, order):
                 metrics.setdefault(key, value)
     state_path = os.path.join(path, "trainer_state.json")
     state = read_json(state_path, "trainer_state.json") if os.path.isfile(state_path) else {}
+    config_path = os.path.join(path, "config.json")  # save_model's, beside the results
+    if os.path.isfile(config_path):
+        run.model = architecture_of(read_json(config_path, "config.json"))
     history = state.get("log_history") if isinstance(state.get("log_history"), list) else []
     for entry in history:
         if not isinstance(entry, dict):

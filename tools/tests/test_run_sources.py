@@ -98,6 +98,22 @@ class MpibertRuns(unittest.TestCase):
         self.assertIsNone(run.steady_samples_per_second)
         self.assertIn(("steady samples/s", "no step after the first 10, the warm-up it leaves out"), run.lacking)
 
+    def test_the_model_is_named_by_results_json_or_its_config(self):
+        write(os.path.join(self.run_dir, "results.json"),
+              json.dumps(mpibert_results(architecture="DistilBertForQuestionAnswering", model_type="distilbert")))
+        self.assertEqual(read_run(self.run_dir, 0).model, "DistilBertForQuestionAnswering")
+        # Before results.json named it: the config under parameters.model.
+        older = mpibert_results()
+        older["parameters"]["model"] = {"architectures": ["BertForQuestionAnswering"], "hidden_size": 128}
+        write(os.path.join(self.run_dir, "results.json"), json.dumps(older))
+        self.assertEqual(read_run(self.run_dir, 0).model, "BertForQuestionAnswering")
+        write(os.path.join(self.run_dir, "results.json"), json.dumps(mpibert_results()))
+        self.assertIsNone(read_run(self.run_dir, 0).model)
+        hf = os.path.join(self.tmp.name, "hf")
+        write(os.path.join(hf, "all_results.json"), json.dumps({"train_runtime": 5.0, "eval_f1": 1.0}))
+        write(os.path.join(hf, "config.json"), json.dumps({"model_type": "distilbert"}))
+        self.assertEqual(read_run(hf, 0).model, "distilbert")
+
     def test_one_rank_is_the_single_strategy(self):
         write(os.path.join(self.run_dir, "results.json"), json.dumps(mpibert_results(world_size=1, strategy=None)))
         self.assertEqual(read_run(self.run_dir, 0).strategy, "single")

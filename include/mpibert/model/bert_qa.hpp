@@ -1,6 +1,7 @@
-// BERT for extractive question answering, HuggingFace's BertForQuestionAnswering in LibTorch.
-// Submodules are registered under HF's names and in HF's order, so named_parameters() yields
-// exactly HF's state_dict keys ("bert.encoder.layer.0.attention.self.query.weight", ...).
+// BERT for extractive question answering, HuggingFace's BertForQuestionAnswering in LibTorch, a
+// QuestionAnsweringModel (nn/qa_model.hpp). Submodules are registered under HF's names and in
+// HF's order, so named_parameters() yields exactly HF's state_dict keys
+// ("bert.encoder.layer.0.attention.self.query.weight", ...).
 #pragma once
 
 #include <torch/torch.h>
@@ -12,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/model/varlen_attention.hpp"
+#include "mpibert/model/encoder_parts.hpp"
 #include "mpibert/nn/model_description.hpp"
+#include "mpibert/nn/qa_model.hpp"
 
 namespace mpibert {
 
@@ -44,48 +46,6 @@ struct BertConfig {
   void validate(const std::string& origin) const;
 };
 
-struct QAOutput {
-  // [batch, seq]. Padded: padding not masked (as HF). Packed: float32, seq is the longest feature,
-  // and the positions past a feature's end hold float32's lowest value (no part in the loss).
-  torch::Tensor start_logits, end_logits;
-  torch::Tensor sequence_output;  // padded: [batch, seq, hidden]; packed: [tokens, hidden]
-  torch::Tensor loss;             // undefined unless positions were given
-};
-
-struct ModelOptions {
-  // bf16 autocast around the forward pass (for GPUs); float32 is the default and the parity reference.
-  bool autocast_bf16 = false;
-  // fp16 autocast instead (GPUs without bf16); training needs loss scaling with it (nn/loss_scaler.hpp).
-  bool autocast_fp16 = false;
-  // The autocast dtype, if any: kBFloat16, kHalf or nullopt.
-  std::optional<at::ScalarType> autocast_dtype() const {
-    if (autocast_bf16) return at::kBFloat16;
-    if (autocast_fp16) return at::kHalf;
-    return std::nullopt;
-  }
-  // One [hidden, 3*hidden] matmul for Q, K and V instead of three (same parameters, HF names).
-  bool fused_qkv = true;
-  // Each encoder layer's activations recomputed in backward instead of kept (HF's
-  // gradient_checkpointing; model/activation_checkpoint.hpp): the same gradients, a forward more.
-  bool gradient_checkpointing = false;
-};
-
-// Features packed end to end with no padding anywhere (data/batching.hpp makes them from shards).
-struct PackedFeatures {
-  torch::Tensor input_ids, token_type_ids, position_ids;  // [tokens] int64; positions count from 0 per feature
-  std::vector<int64_t> offsets;                           // feature f holds tokens [offsets[f], offsets[f + 1])
-  int64_t longest = 0;                                    // the longest feature: the width of the logits returned
-};
-
-// Where attention may look. Padded rows ([batch, seq, hidden]) carry HF's additive mask; packed
-// features ([tokens, hidden], no padding) carry their offsets, and attention stays within each.
-struct TokenLayout {
-  torch::Tensor additive_mask;           // padded: [batch, 1, 1, seq], 0 for tokens, float32 min for padding
-  std::vector<int64_t> feature_offsets;  // packed: feature f holds tokens [offsets[f], offsets[f + 1])
-  VarlenLayout varlen;                   // packed on a GPU: the same, for the variable-length kernels
-  bool packed() const { return !feature_offsets.empty(); }
-};
-
 class BertEmbeddingsImpl : public torch::nn::Module {
  public:
   explicit BertEmbeddingsImpl(const BertConfig& config);
@@ -106,11 +66,7 @@ class BertSelfAttentionImpl : public torch::nn::Module {
   torch::nn::Dropout dropout{nullptr};
 
  private:
-  // [..., seq, 3 * hidden] -> q, k, v as [..., heads, seq, head_size].
-  std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& hidden);
-  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& mask);
-
-  int64_t heads_, head_size_;
+  int64_t heads_;
   bool fused_qkv_;
 };
 TORCH_MODULE(BertSelfAttention);
@@ -185,25 +141,42 @@ class BertModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertModel);
 
-class BertForQuestionAnsweringImpl : public torch::nn::Module {
+class BertForQuestionAnsweringImpl : public torch::nn::Module, public QuestionAnsweringModel {
  public:
   explicit BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options = {});
   QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
-                   const torch::Tensor& start_positions = {}, const torch::Tensor& end_positions = {});
+                   const torch::Tensor& start_positions = {}, const torch::Tensor& end_positions = {}) override;
   // Packed features; the loss (with positions) leaves out nothing but the absent padding.
   QAOutput forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions = {},
-                          const torch::Tensor& end_positions = {});
+                          const torch::Tensor& end_positions = {}) override;
   // HF's _init_weights: normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, and
   // the padding row of the word embeddings zeroed. Draws from torch's global generator.
   void init_weights();
   const BertConfig& config() const { return config_; }
-  const ModelOptions& options() const { return options_; }
+  const ModelOptions& options() const override { return options_; }
   // The units in forward order, each named by the prefix of its parameters' names
   // ("bert.embeddings.", "bert.encoder.layer.0.", ..., "qa_outputs."): the embeddings, each
   // encoder layer, the QA head, as FSDP's auto-wrap policy for BERT.
   std::vector<std::string> unit_prefixes() const;
   // Hooks around the units of every forward from now on (nullptr: none). Not owned.
   void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
+
+  // QuestionAnsweringModel
+  std::string model_type() const override { return "bert"; }
+  std::string architecture() const override { return "BertForQuestionAnswering"; }
+  torch::nn::Module& module() override { return *this; }
+  nlohmann::ordered_json config_json() const override { return config_.to_json(); }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  ModelDescription description() override;
+  TrainingFlops training_flops() const override;
+  int64_t non_embedding_parameters() const override { return count_non_embedding_parameters(*this); }
+  // Accepts QA checkpoints and plain BertModel / pretraining checkpoints: keys with or without the
+  // "bert." prefix, old "LayerNorm.gamma/beta" names, and the position_ids buffer. MLM/NSP heads
+  // and the pooler are ignored; a missing qa_outputs keeps its fresh initialization.
+  LoadReport load_state(const SafetensorsFile& checkpoint) override;
+  // position_ids included, as HF 4.x saves it.
+  std::vector<NamedTensor> state_to_save() override;
+  std::string shape_mismatch(const nlohmann::json& config, const std::string& origin) const override;
 
   BertModel bert{nullptr};
   torch::nn::Linear qa_outputs{nullptr};
@@ -216,22 +189,8 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertForQuestionAnswering);
 
-// HF's extended attention mask: (1 - mask) * float32 min as `dtype`, [batch, 1, 1, seq] (on a
-// GPU a view of rows padded to 16 elements).
-torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
-
-// HF's QA loss: positions clamped to [0, seq], cross-entropy ignoring index seq, mean of start and end.
-// Packed logits (lowest past each feature's end) give the loss of the real positions alone.
-torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
-                                      const torch::Tensor& start_positions, const torch::Tensor& end_positions);
-
 // The model as data-parallel strategies see it (nn/model_description.hpp): its parameters, its
 // units, the word embedding as the token embedding. It refers to `model`, which must outlive it.
 ModelDescription model_description(BertForQuestionAnswering& model);
-
-int64_t count_parameters(const torch::nn::Module& module);
-// Without the word, position and token-type embedding tables: HF's
-// num_parameters(exclude_embeddings=True), which its FLOP estimate (6 x this x tokens) uses.
-int64_t count_non_embedding_parameters(const torch::nn::Module& module);
 
 }  // namespace mpibert

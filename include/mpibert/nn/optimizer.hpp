@@ -11,7 +11,8 @@
 
 namespace mpibert {
 
-// HF Trainer's grouping: decay unless the name contains "bias" or "LayerNorm.weight".
+// HF Trainer's grouping: decay unless the name is a bias's or a norm layer's (BERT's
+// "LayerNorm.weight", DistilBERT's "sa_layer_norm.weight"; transformers' name patterns).
 bool uses_weight_decay(const std::string& parameter_name);
 
 struct AdamWOptions {

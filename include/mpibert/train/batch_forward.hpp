@@ -4,11 +4,11 @@
 #pragma once
 
 #include "mpibert/data/batching.hpp"
-#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/nn/qa_model.hpp"
 
 namespace mpibert {
 
 // Logits, and the loss from the batch's answer positions.
-QAOutput forward_batch(BertForQuestionAnswering& model, const Batch& batch);
+QAOutput forward_batch(QuestionAnsweringModel& model, const Batch& batch);
 
 }  // namespace mpibert

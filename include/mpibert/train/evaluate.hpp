@@ -9,7 +9,7 @@
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/shards.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
-#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/nn/qa_model.hpp"
 
 namespace mpibert {
 
@@ -30,7 +30,7 @@ struct FeatureLogits {
   std::vector<std::vector<float>> start, end;
   double loss_sum = 0;
 };
-FeatureLogits compute_logits(BertForQuestionAnswering& model, const FeatureStore& store, int64_t batch_size, int64_t first = 0,
+FeatureLogits compute_logits(QuestionAnsweringModel& model, const FeatureStore& store, int64_t batch_size, int64_t first = 0,
                              int64_t last = -1, Padding padding = Padding::kDynamic);
 
 // How evaluation lays out the batches of a run trained with `training`: packed after packed
@@ -42,7 +42,7 @@ Padding eval_padding(Padding training);
 // With several ranks, each computes the logits of a contiguous run of whole batches (the same
 // batches as one rank would make), rank 0 gathers them in feature order, post-processes, writes
 // and scores; every rank returns the metrics.
-EvalResult evaluate(BertForQuestionAnswering& model, const FeatureStore& store, const std::string& predictions_dir,
+EvalResult evaluate(QuestionAnsweringModel& model, const FeatureStore& store, const std::string& predictions_dir,
                     int64_t batch_size, const PostprocessOptions& postprocess, Padding padding = Padding::kDynamic);
 
 }  // namespace mpibert

@@ -17,9 +17,9 @@
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
-#include "mpibert/model/bert_qa.hpp"
 #include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/optimizer.hpp"
+#include "mpibert/nn/qa_model.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/placement.hpp"
@@ -48,6 +48,7 @@ struct TrainOptions {
   std::string output_dir;             // the run directory
   std::string model_dir;              // HF model directory to start from; empty: random init
   std::string model_config;           // config.json for random init (when model_dir is empty)
+  std::string model_type;             // HF's model_type to build ("bert", "distilbert"); empty: config.json's
   std::string vocab;                  // vocab.txt, copied into checkpoints
   std::string resume;                 // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
   bool overwrite_output_dir = false;  // replace an earlier run in output_dir (option_checks.hpp)
@@ -130,7 +131,8 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"output_dir", "--output-dir,--output_dir", kDescribed}, o.output_dir);
   visit(F{"model", "--model,--model_name_or_path", kDescribed}, o.model_dir);
   visit(F{"model_config", "--model-config", kLocal}, o.model_config);  // described by its content
-  visit(F{"vocab", "--vocab", kLocal}, o.vocab);                       // described by its digest
+  visit(F{"model_type", "--model-type", kDescribed}, o.model_type);
+  visit(F{"vocab", "--vocab", kLocal}, o.vocab);  // described by its digest
   visit(F{"resume", "--resume,--resume_from_checkpoint", kDescribed}, o.resume);
   visit(F{"overwrite_output_dir", "--overwrite-output-dir,--overwrite_output_dir", kDescribed}, o.overwrite_output_dir);
   // Each rank checks its shards against these (the ranks agree on failures); the shards are described.

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "mpibert/core/io.hpp"
-#include "mpibert/model/bert_qa.hpp"
 #include "mpibert/nn/loss_scaler.hpp"
 #include "mpibert/nn/lr_schedule.hpp"
+#include "mpibert/nn/qa_model.hpp"
 #include "mpibert/nn/safetensors.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 
@@ -41,7 +41,8 @@ struct TrainerState {
   int64_t skipped_steps = 0;
   std::optional<LossScalerState> loss_scaler;
 
-  nlohmann::ordered_json to_json(const BertConfig& config) const;
+  // `model_config`: the model's config.json (QuestionAnsweringModel::config_json).
+  nlohmann::ordered_json to_json(const nlohmann::ordered_json& model_config) const;
 };
 
 // What a checkpoint records of the learning-rate schedule, and a resume compares:
@@ -116,15 +117,15 @@ void restore_rng_state(const torch::Device& device, const SafetensorsFile& file,
 // that fails (a full disk) fails the save on every rank at once: the staging directory is removed
 // and the checkpoints before stay as they were. Older checkpoints beyond save_total_limit are
 // renamed away before they are deleted, so that no half-deleted one is ever taken for a checkpoint.
-void save_training_checkpoint(const CheckpointContext& context, BertForQuestionAnswering& model, DataParallel& parallel,
+void save_training_checkpoint(const CheckpointContext& context, QuestionAnsweringModel& model, DataParallel& parallel,
                               const TrainerState& state, const torch::Device& device);
 
 // The trainer state and the model weights of a checkpoint that checkpoint_to_resume chose; refuses
-// a checkpoint of another model shape or vocab (InputError naming the file). Another number of
+// a checkpoint of another model type, model shape or vocab (InputError naming the file). Another number of
 // ranks or another strategy reshards: the model file is whole, and the position in the epoch is
 // converted to this run's global micro-batch (refused when it does not divide the samples done).
 TrainerState load_training_checkpoint_model(const std::string& dir, const CheckpointContext& context,
-                                            BertForQuestionAnswering& model);
+                                            QuestionAnsweringModel& model);
 // The optimizer state (from the files of all `saved_world_size` ranks when it was sharded, pieced
 // together for this rank's strategy and slices) and this rank's RNG states (a rank beyond the
 // saved ones keeps its seeded generator). A checkpoint written on a CPU restores no CUDA RNG

@@ -1,0 +1,90 @@
+#include "mpibert/model/model_registry.hpp"
+
+#include <functional>
+#include <map>
+
+#include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
+#include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/distilbert_qa.hpp"
+
+namespace mpibert {
+namespace {
+
+struct ModelType {
+  std::function<QAModelPtr(const nlohmann::json&, const std::string&, const ModelOptions&)> from_config;
+  std::function<nlohmann::ordered_json(const std::string&)> preset_config;
+};
+
+const std::map<std::string, ModelType>& model_types() {
+  static const std::map<std::string, ModelType> types = {
+      {"bert",
+       {[](const nlohmann::json& json, const std::string& origin, const ModelOptions& options) -> QAModelPtr {
+          return BertForQuestionAnswering(BertConfig::from_json(json, origin), options).ptr();
+        },
+        [](const std::string& preset) { return BertConfig::preset(preset).to_json(); }}},
+      {"distilbert",
+       {[](const nlohmann::json& json, const std::string& origin, const ModelOptions& options) -> QAModelPtr {
+          return DistilBertForQuestionAnswering(DistilBertConfig::from_json(json, origin), options).ptr();
+        },
+        [](const std::string& preset) { return DistilBertConfig::preset(preset).to_json(); }}},
+  };
+  return types;
+}
+
+std::string type_list() {
+  std::string list;
+  for (const std::string& type : qa_model_types()) list += (list.empty() ? "" : ", ") + type;
+  return list;
+}
+
+const ModelType& model_type_of(const std::string& type, const std::string& origin, const std::string& what) {
+  const auto it = model_types().find(type);
+  if (it == model_types().end())
+    throw InputError(describe(origin, what, "\"" + type + "\" is not a model mpibert trains (" + type_list() + ")"));
+  return it->second;
+}
+
+}  // namespace
+
+std::vector<std::string> qa_model_types() {
+  std::vector<std::string> types;
+  for (const auto& [type, row] : model_types()) types.push_back(type);
+  return types;
+}
+
+std::string resolve_model_type(const nlohmann::json& config, const std::string& origin, const std::string& requested) {
+  std::string own;
+  if (config.is_object())
+    if (auto it = config.find("model_type"); it != config.end() && !it->is_null()) {
+      if (!it->is_string()) throw InputError(describe(origin, "'model_type'", "must be a string"));
+      own = it->get<std::string>();
+    }
+  if (!requested.empty()) {
+    model_type_of(requested, "--model-type", "");
+    if (!own.empty() && own != requested)
+      throw InputError(describe(origin, "'model_type'", "is \"" + own + "\", but --model-type asks for \"" + requested + "\""));
+    return requested;
+  }
+  if (own.empty()) return "bert";
+  model_type_of(own, origin, "'model_type'");
+  return own;
+}
+
+QAModelPtr make_qa_model(const nlohmann::json& config, const std::string& origin, const ModelOptions& options,
+                         const std::string& requested_type) {
+  const std::string type = resolve_model_type(config, origin, requested_type);
+  return model_type_of(type, origin, "'model_type'").from_config(config, origin, options);
+}
+
+QAModelPtr make_qa_model_from_file(const std::string& config_path, const ModelOptions& options,
+                                   const std::string& requested_type) {
+  return make_qa_model(read_json_file(config_path), config_path, options, requested_type);
+}
+
+QAModelPtr make_qa_model_preset(const std::string& model_type, const std::string& preset, const ModelOptions& options) {
+  const ModelType& type = model_type_of(model_type, "model type", "");
+  return type.from_config(type.preset_config(preset), model_type + " preset " + preset, options);
+}
+
+}  // namespace mpibert
