@@ -214,6 +214,14 @@ if [ -n "$header_wheels" ]; then
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps $header_wheels
 fi
 
+# transformers, at the HF peer's release (bench/hf_peer/requirements.txt): ctest model.hf_pipeline
+# loads mpibert's run directories with its pipeline("question-answering").
+transformers_version=$(sed -n 's/^transformers==//p' bench/hf_peer/requirements.txt)
+if ! "$venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('transformers') != '$transformers_version')" 2>/dev/null; then
+  echo "install-deps: installing transformers $transformers_version into $venv (ctest model.hf_pipeline runs HF's pipeline)"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "transformers==$transformers_version" "torch==$torch_version"
+fi
+
 # TensorBoard's own reader: the tests read the events files mpibert writes with it
 # (tests/read_tensorboard.py: the options as text and hparams, as TensorBoard shows them).
 if ! "$venv/bin/python3" -c 'import tensorboard' 2>/dev/null; then

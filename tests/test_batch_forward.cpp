@@ -26,7 +26,7 @@ std::pair<double, std::vector<torch::Tensor>> loss_and_gradients(const Batch& ba
   torch::manual_seed(5);
   BertForQuestionAnswering model(config);
   model->init_weights();
-  const torch::Tensor loss = forward_batch(model, batch).loss;
+  const torch::Tensor loss = forward_batch(*model, batch).loss;
   loss.backward();
   std::vector<torch::Tensor> gradients;
   for (const auto& parameter : model->parameters()) gradients.push_back(parameter.grad().clone());

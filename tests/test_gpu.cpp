@@ -415,35 +415,54 @@ TEST(GpuFusedAdamW, FollowsTheCpu) {
   for (size_t k = 0; k < cpu.size(); ++k) EXPECT_TRUE(torch::allclose(gpu[k], cpu[k], 1e-5, 1e-6)) << "parameter " << k;
 }
 
-TEST(GpuTraining, TwentyStepsOnTheGpuFollowTheCpu) {
-  SKIP_WITHOUT_GPU();
-  test::TempDir data;
-  test::prepare_shards(data.file("train"), test::squad_v1_path(), 0, 160, "train");
-  auto config = nlohmann::json::parse(read_file(model_fixture("config.json")));  // dropout 0
-  test::write_text(data.file("config.json"), config.dump());
-  auto losses_on = [&](const std::string& device) {
+// Short training runs of the fixture's tiny BERT (dropout 0) on `articles` of SQuAD v1.1 dev, each
+// into a directory of its own, returning each step's loss.
+class FixtureRuns {
+ public:
+  explicit FixtureRuns(int64_t articles) {
+    test::prepare_shards(data_.file("train"), test::squad_v1_path(), 0, articles, "train");
+    test::write_text(data_.file("config.json"), read_file(model_fixture("config.json")));
+  }
+  // Batch 8, learning rate 1e-3, no logging steps; `steps` and the rest as `o` gives them.
+  TrainOptions options(const std::string& name, int64_t steps) const {
     TrainOptions o;
-    o.train_dir = data.file("train");
-    o.output_dir = data.file(device);
-    o.model_config = data.file("config.json");
+    o.train_dir = data_.file("train");
+    o.output_dir = data_.file(name);
+    o.model_config = data_.file("config.json");
     o.vocab = test::vocab_path();
-    o.max_steps = 20;
+    o.max_steps = steps;
     o.batch_size = 8;
     o.learning_rate = 1e-3;
     o.logging_steps = 0;
-    o.device = device == "cuda" ? DeviceChoice::kCuda : DeviceChoice::kCpu;
+    return o;
+  }
+  std::vector<double> losses(const TrainOptions& o) const {
     train(o);
     std::vector<double> losses;
-    for (const auto& line : test::read_lines(data.file(device + "/metrics.jsonl")))
+    for (const auto& line : test::read_lines(o.output_dir + "/metrics.jsonl"))
       losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
     return losses;
+  }
+  std::string file(const std::string& name) const { return data_.file(name); }
+
+ private:
+  test::TempDir data_;
+};
+
+TEST(GpuTraining, TwentyStepsOnTheGpuFollowTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const FixtureRuns runs(160);
+  auto losses_on = [&](const std::string& device) {
+    TrainOptions o = runs.options(device, 20);
+    o.device = device == "cuda" ? DeviceChoice::kCuda : DeviceChoice::kCpu;
+    return runs.losses(o);
   };
   set_tf32(false);
   const std::vector<double> cpu = losses_on("cpu"), gpu = losses_on("cuda");
   ASSERT_EQ(cpu.size(), 20u);
   ASSERT_EQ(gpu.size(), 20u);
   for (size_t step = 0; step < cpu.size(); ++step) EXPECT_NEAR(gpu[step], cpu[step], 1e-4) << "step " << step + 1;
-  const auto results = nlohmann::json::parse(read_file(data.file("cuda/results.json")));
+  const auto results = nlohmann::json::parse(read_file(runs.file("cuda/results.json")));
   EXPECT_EQ(results["environment"]["devices"]["type"], "cuda");
   EXPECT_GT(results["peak_gpu_memory_bytes"].get<int64_t>(), 0);
 }
@@ -453,46 +472,31 @@ TEST(GpuTraining, TwentyStepsOnTheGpuFollowTheCpu) {
 // nothing), AdamW counts every replayed step, and the buckets were captured and replayed.
 TEST(GpuStepGraphs, ReplayedStepsFollowTheEagerOnes) {
   SKIP_WITHOUT_GPU();
-  test::TempDir data;
-  test::prepare_shards(data.file("train"), test::squad_v1_path(), 0, 320, "train");
-  auto config = nlohmann::json::parse(read_file(model_fixture("config.json")));  // dropout 0
-  test::write_text(data.file("config.json"), config.dump());
+  const FixtureRuns runs(320);
   constexpr int64_t kSteps = 30;
   auto run = [&](const std::string& name, bool graphs) {
-    TrainOptions o;
-    o.train_dir = data.file("train");
-    o.output_dir = data.file(name);
-    o.model_config = data.file("config.json");
-    o.vocab = test::vocab_path();
-    o.max_steps = kSteps;
-    o.batch_size = 8;
-    o.learning_rate = 1e-3;
-    o.logging_steps = 0;
+    TrainOptions o = runs.options(name, kSteps);
     o.padding = Padding::kPacked;
     o.device = DeviceChoice::kCuda;
     o.cuda_graphs = graphs;
-    train(o);
-    std::vector<double> losses;
-    for (const auto& line : test::read_lines(data.file(name + "/metrics.jsonl")))
-      losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-    return losses;
+    return runs.losses(o);
   };
   set_tf32(false);
   const std::vector<double> eager = run("eager", false), graphed = run("graphed", true);
   ASSERT_EQ(eager.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(graphed.size(), static_cast<size_t>(kSteps));
   for (size_t step = 0; step < eager.size(); ++step) EXPECT_NEAR(graphed[step], eager[step], 1e-4) << "step " << step + 1;
-  const auto results = nlohmann::json::parse(read_file(data.file("graphed/results.json")));
+  const auto results = nlohmann::json::parse(read_file(runs.file("graphed/results.json")));
   std::cout << "  step graphs: " << results["step_graphs"].dump() << "\n";
   EXPECT_GE(results["step_graphs"]["captures"].get<int64_t>(), 1);
   EXPECT_GT(results["step_graphs"]["replays"].get<int64_t>(), kSteps / 2);
   const std::string checkpoint = "/checkpoint-" + std::to_string(kSteps) + "/";
   for (const char* name : {"eager", "graphed"}) {
-    SafetensorsFile optimizer = SafetensorsFile::open(data.file(name + checkpoint + "optimizer.safetensors"));
+    SafetensorsFile optimizer = SafetensorsFile::open(runs.file(name + checkpoint + "optimizer.safetensors"));
     EXPECT_EQ(optimizer.get("adam_steps").item<int64_t>(), kSteps) << name;
   }
-  SafetensorsFile eager_weights = SafetensorsFile::open(data.file("eager" + checkpoint + "model.safetensors"));
-  SafetensorsFile graphed_weights = SafetensorsFile::open(data.file("graphed" + checkpoint + "model.safetensors"));
+  SafetensorsFile eager_weights = SafetensorsFile::open(runs.file("eager" + checkpoint + "model.safetensors"));
+  SafetensorsFile graphed_weights = SafetensorsFile::open(runs.file("graphed" + checkpoint + "model.safetensors"));
   for (const NamedTensor& weight : eager_weights.tensors())
     EXPECT_TRUE(torch::allclose(graphed_weights.get(weight.name), weight.tensor, 1e-4, 1e-5)) << weight.name;
 }

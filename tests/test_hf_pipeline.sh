@@ -2,9 +2,10 @@
 # transformers' pipeline("question-answering") loads mpibert run directories and answers as
 # `mpibert predict` does: a small BERT and a small DistilBERT (configs/small-*.json) are trained
 # briefly from random weights on two SQuAD v1.1 dev articles, then both answer 20 questions of
-# another article (tests/hf_pipeline_answers.py). Registered in ctest as model.hf_pipeline;
-# skipped (77) without a Python that has transformers. Environment (all optional):
-#   HF_PYTHON        that Python (default: bench/.venv-hf/bin/python, bench/compare_hf.sh's)
+# another article (tests/hf_pipeline_answers.py). Registered in ctest as model.hf_pipeline.
+# Environment (all optional):
+#   HF_PYTHON        a Python with transformers (default: the checkout's .venv, where
+#                    scripts/install-deps.sh installs the HF peer's release)
 #   MPIBERT_BIN_DIR  where mpibert and mpibert-prep are (default: build/bin)
 #   KEEP_TMP=1       keep the temporary directory
 set -euo pipefail
@@ -14,10 +15,11 @@ source scripts/env.sh
 export OMP_NUM_THREADS=1
 
 bin=${MPIBERT_BIN_DIR:-$root/build/bin}
-py=${HF_PYTHON:-$root/bench/.venv-hf/bin/python}
+py=${HF_PYTHON:-$root/.venv/bin/python3}
 vocab=$root/data_prep/data/bert-base-uncased/vocab.txt
 squad=$root/data_prep/data/squad/dev-v1.1.json.gz
-"$py" -c 'import transformers, tokenizers, torch' 2>/dev/null || { echo "SKIP: $py has no transformers"; exit 77; }
+"$py" -c 'import transformers, tokenizers, torch' 2>/dev/null ||
+  { echo "FAIL: $py has no transformers: bash scripts/install-deps.sh installs it"; exit 1; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_hf_pipeline.XXXXXX")
 if [ "${KEEP_TMP:-0}" = 1 ]; then echo "keeping $tmp"; else trap 'rm -rf "$tmp"' EXIT; fi

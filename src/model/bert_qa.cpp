@@ -251,9 +251,8 @@ QAOutput BertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& feat
                                                       const torch::Tensor& end_positions) {
   QAOutput out;
   AutocastGuard autocast(options_.autocast_dtype(), features.input_ids.device().type());
-  const torch::Device device = features.input_ids.device();
-  // One copy of the features' layout to the GPU serves every layer and the logits.
-  const VarlenLayout varlen = device.is_cuda() ? VarlenLayout::of(features.offsets, features.longest, device) : VarlenLayout{};
+  // One layout on the GPU serves every layer and the logits.
+  const VarlenLayout varlen = packed_layout(features);
   out.sequence_output = bert->forward_packed(features.input_ids, features.token_type_ids, features.position_ids, features.offsets,
                                              varlen, unit_hooks_);
   auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });

@@ -249,8 +249,7 @@ QAOutput DistilBertForQuestionAnsweringImpl::forward_packed(const PackedFeatures
                                                             const torch::Tensor& end_positions) {
   QAOutput out;
   AutocastGuard autocast(options_.autocast_dtype(), features.input_ids.device().type());
-  const torch::Device device = features.input_ids.device();
-  const VarlenLayout varlen = device.is_cuda() ? VarlenLayout::of(features.offsets, features.longest, device) : VarlenLayout{};
+  const VarlenLayout varlen = packed_layout(features);
   out.sequence_output =
       distilbert->forward_packed(features.input_ids, features.position_ids, features.offsets, varlen, unit_hooks_);
   set_packed_logits(out, qa_logits(out.sequence_output), features, varlen, start_positions, end_positions);

@@ -119,6 +119,14 @@ std::pair<torch::Tensor, torch::Tensor> unpack_logits(const torch::Tensor& logit
 
 }  // namespace
 
+VarlenLayout packed_layout(const PackedFeatures& features) {
+  const torch::Device device = features.input_ids.device();
+  if (!device.is_cuda()) return {};
+  if (features.cumulative_lengths.defined() && features.cumulative_lengths.device() == device)
+    return {features.cumulative_lengths, features.longest};
+  return VarlenLayout::of(features.offsets, features.longest, device);
+}
+
 void set_packed_logits(QAOutput& out, const torch::Tensor& logits, const PackedFeatures& packed, const VarlenLayout& varlen,
                        const torch::Tensor& start_positions, const torch::Tensor& end_positions) {
   std::tie(out.start_logits, out.end_logits) = unpack_logits(logits, packed, varlen);

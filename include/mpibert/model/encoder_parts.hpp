@@ -88,6 +88,9 @@ torch::Tensor attention_context(const torch::Tensor& q, const torch::Tensor& k, 
 // loss when positions are given.
 void set_padded_logits(QAOutput& out, const torch::Tensor& logits, const torch::Tensor& start_positions,
                        const torch::Tensor& end_positions);
+// The packed features' layout for the variable-length kernels: on a GPU their cumulative lengths
+// (the features' own where they are already there, else one copy of the offsets); undefined on the CPU.
+VarlenLayout packed_layout(const PackedFeatures& features);
 // Logits [tokens, 2] of packed features into float32 start and end logits [features, longest],
 // float32's lowest past each feature's end, and the loss when positions are given. `varlen`: the
 // features' cumulative lengths already on the GPU, or undefined (the CPU).

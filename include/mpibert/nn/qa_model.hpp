@@ -52,6 +52,10 @@ struct PackedFeatures {
   torch::Tensor input_ids, token_type_ids, position_ids;  // [tokens] int64; positions count from 0 per feature
   std::vector<int64_t> offsets;                           // feature f holds tokens [offsets[f], offsets[f + 1])
   int64_t longest = 0;                                    // the longest feature: the width of the logits returned
+  // The offsets as int32 on the tokens' device (the batch loader's), or undefined: made from
+  // `offsets` when needed. A step the GPU replays needs them there: a copy from the host's
+  // offsets would be baked into the graph.
+  torch::Tensor cumulative_lengths;
 };
 
 // Model FLOPs of training, counted as MFU counts them (PaLM, Chowdhery et al. 2022, appendix B):

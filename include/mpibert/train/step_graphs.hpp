@@ -45,13 +45,13 @@ struct StepGraphStats {
 
 // Why this run's steps cannot be captured, "" when they can. Each reason names what it would take.
 struct StepCaptureConditions {
-  bool cuda = false;               // CUDA graphs need a GPU
-  bool packed = false;             // --padding packed: the token buckets' fixed shapes
-  int ranks = 1;                   // the collectives are not captured yet
-  bool fp16 = false;               // its skip decision reads the device each step
-  int64_t accumulation = 1;        // one micro-batch per step is one graph
-  bool fused_adamw = true;         // the device-side step is the fused kernel's
-  bool deterministic = false;      // --deterministic takes kernels the graphs are not tested with
+  bool cuda = false;           // CUDA graphs need a GPU
+  bool packed = false;         // --padding packed: the token buckets' fixed shapes
+  int ranks = 1;               // the collectives are not captured yet
+  bool fp16 = false;           // its skip decision reads the device each step
+  int64_t accumulation = 1;    // one micro-batch per step is one graph
+  bool fused_adamw = true;     // the device-side step is the fused kernel's
+  bool deterministic = false;  // --deterministic takes kernels the graphs are not tested with
 };
 std::string steps_cannot_be_captured(const StepCaptureConditions& run);
 
