@@ -2,14 +2,18 @@
 # The README's build on a machine where install-deps can install nothing system-wide, played here:
 # in private mount and network namespaces, dpkg, apt and sudo are gone (removed in an overlay of
 # /usr/bin), every file of Debian's spdlog, fmt, CLI11, nlohmann-json and utf8proc packages is
-# hidden (overlays on /usr/include, /usr/lib/x86_64-linux-gnu and /usr/share), and there is no
-# network but loopback. As an unprivileged user (nobody), in a copy of the working tree whose .venv
+# hidden (overlays on /usr/include, /usr/lib/x86_64-linux-gnu and /usr/share), the CUDA toolkit too
+# (a tmpfs over each /usr/local/cuda-*: a CPU box, or a login node before `module load cuda`), and
+# there is no network but loopback. As an unprivileged user (nobody), in a copy of the working tree whose .venv
 # is this checkout's (read only: torch and the tools are already there),
 #   bash scripts/install-deps.sh && bash scripts/build.sh mpibert mpibert-prep
 # must then take the way without root (never sudo or apt), name the five libraries as to be built
 # from their pinned releases, and the build must build them from the release archives and link
 # them statically: mpibert --version and mpibert-prep --help run with the system copies still
-# hidden, and no object was compiled from a header outside the pinned releases.
+# hidden, and no object was compiled from a header outside the pinned releases; the CUDA and NCCL
+# code is built from the PyTorch wheel alone (configure says so, `mpibert env` names LibTorch 2.11
+# and NCCL, scripts/check_runpath.py: every library resolves, the CUDA ones from the wheel's
+# folders, none from /usr/local/cuda).
 #
 # The network's stand-in: the release archives of cmake/pinned_dependencies.cmake in a local folder,
 # MPIBERT_DEPENDENCY_ARCHIVES (default BUILD/dependency-archives), handed to install-deps.sh and the
@@ -96,6 +100,15 @@ for tool in dpkg dpkg-query apt-get sudo; do
   ! command -v "$tool" > /dev/null || { echo "$tool is still on PATH: $(command -v "$tool")"; exit 1; }
 done
 echo "hidden: $(wc -l < "$work/hide.list") paths of Debian's spdlog, fmt, CLI11, nlohmann-json and utf8proc; dpkg, apt, sudo"
+# No CUDA toolkit either, as on a login node before `module load cuda`: the CUDA runtime, its
+# headers and NCCL come from the PyTorch wheel alone.
+for toolkit in /usr/local/cuda-*; do
+  if [ -d "$toolkit" ]; then mount -t tmpfs -o size=1m tmpfs "$toolkit"; fi
+done
+if nvcc --version > /dev/null 2>&1 || [ -e /usr/local/cuda/include/cuda_runtime_api.h ]; then
+  echo "the CUDA toolkit is still visible"; exit 1
+fi
+echo "hidden: the CUDA toolkit (nvcc runs no more, /usr/local/cuda/include is empty)"
 # The main build's ccache, read only (mounted before a tmpfs below may cover the folder it is in):
 # nobody's compilations look their results up there (their own are not kept), and the log says
 # which hit.
@@ -152,7 +165,10 @@ cat "$work/build.out"
 as_nobody build/bin/mpibert --version > "$work/version.txt" 2>&1 || { cat "$work/version.txt"; echo "mpibert --version failed"; exit 1; }
 as_nobody build/bin/mpibert-prep --help > /dev/null 2>&1 || { echo "mpibert-prep --help failed"; exit 1; }
 echo "as nobody, the system copies hidden: $(cat "$work/version.txt"); mpibert-prep --help runs"
+as_nobody build/bin/mpibert env > "$work/env.json" 2> "$work/env.err" || { cat "$work/env.err"; echo "mpibert env failed"; exit 1; }
 ldd build/bin/mpibert build/bin/mpibert-prep > "$work/ldd.txt"
+# Every library resolves with the toolkit hidden, the CUDA ones from the wheel's folders.
+for program in mpibert mpibert-prep; do /usr/bin/python3 "$root/scripts/check_runpath.py" "build/bin/$program"; done
 INSIDE
 unshare --mount --net --propagation private bash "$work/inside.sh" "$root" "$work" "$archives" "$ccache_dir" "${reach[@]}" ||
   fail "the build without root failed (above)"
@@ -166,6 +182,18 @@ for name in fmt spdlog CLI11 nlohmann_json utf8proc; do
   grep -q "building $name .* from its pinned release" "$src/build.log" || fail "the build did not build $name from its pinned release"
 done
 grep -q "^install-deps: what the build needs is here" "$log" || fail "install-deps.sh did not end with what the build needs present"
+# The CUDA code built from the wheel alone: its runtime, NCCL, and nothing of /usr/local/cuda.
+grep -q "CUDA 13.0 runtime from .*nvidia.*(no CUDA toolkit needed)" "$src/build.log" \
+  || fail "configure did not take the CUDA runtime from the wheel"
+grep -q "NCCL backend ON" "$src/build.log" || fail "the NCCL backend was not built without the toolkit"
+"$python" - "$work/env.json" <<'CHECK' || fail "mpibert env, built without the toolkit, reports the wrong LibTorch or NCCL"
+import json, sys
+env = json.load(open(sys.argv[1]))
+assert env["libtorch"].startswith("2.11"), env
+assert env["nccl"] not in (None, "", "none"), env
+print(f"mpibert env: libtorch {env['libtorch']}, nccl {env['nccl']}, devices {env['devices']}")
+CHECK
+if grep -q "/usr/local/cuda" "$work/ldd.txt"; then fail "a program links a library of /usr/local/cuda"; fi
 if grep -E -q "lib(spdlog|fmt|utf8proc)\.so" "$work/ldd.txt"; then
   fail "a program loads a shared spdlog, fmt or utf8proc: $(grep -E "lib(spdlog|fmt|utf8proc)" "$work/ldd.txt" | head -1)"
 fi
