@@ -132,6 +132,10 @@ struct ModelCommands::Impl {
   PostprocessOptions postprocess;
 
   void add_train_options();
+  void add_data_and_model_options();
+  void add_training_options();
+  void add_parallelism_options();
+  void add_record_options();
   int run_train();
   int run_eval();
   int run_predict();
@@ -215,6 +219,14 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
 
 // `mpibert train`'s options, by section, in the order of its help and of train_config.toml.
 void ModelCommands::Impl::add_train_options() {
+  add_data_and_model_options();
+  add_training_options();
+  add_parallelism_options();
+  add_record_options();
+}
+
+// Data and Model: the shards, run_qa's refused ways of naming data, the model to start from.
+void ModelCommands::Impl::add_data_and_model_options() {
   TrainOptions& o = options;
   CLI::App* c = train;
   TrainOptionAdder add{c, o, "Data"};
@@ -248,8 +260,13 @@ void ModelCommands::Impl::add_train_options() {
       ->check(CLI::IsMember(qa_model_types()));
   add(o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
   add(o.model.gradient_checkpointing, "recompute each encoder layer in backward instead of keeping its activations (HF's)");
+}
 
-  add.group = "Training";
+// Training, Schedule and Precision.
+void ModelCommands::Impl::add_training_options() {
+  TrainOptions& o = options;
+  CLI::App* c = train;
+  TrainOptionAdder add{c, o, "Training"};
   // run_qa.py's switches of what to run: training always runs, evaluation when --eval-shards is given.
   c->add_flag("--do_train", do_train, "accepted for run_qa.py command lines (training always runs)")->group(add.group);
   add(o.output_dir, "run directory")->required();
@@ -288,8 +305,13 @@ void ModelCommands::Impl::add_train_options() {
   add(o.cuda_graphs,
       "the step captured once per token bucket and replayed (one GPU rank, --padding packed, no fp16, one micro-batch, "
       "adamw_torch_fused); refused with the reason otherwise (docs/gpus.md)");
+}
 
-  add.group = "Parallelism";
+// Parallelism: device, communicator, strategy and its options.
+void ModelCommands::Impl::add_parallelism_options() {
+  TrainOptions& o = options;
+  CLI::App* c = train;
+  TrainOptionAdder add{c, o, "Parallelism"};
   add.choice(o.device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
              "auto (each rank its node-local GPU when there is one), cpu or cuda");
   add.choice(o.comm, {CommChoice::kAuto, CommChoice::kMpi, CommChoice::kNccl},
@@ -318,8 +340,13 @@ void ModelCommands::Impl::add_train_options() {
       ->transform(whole_number<int>())
       ->capture_default_str()
       ->group(add.group);
+}
 
-  add.group = "Checkpoints";
+// Checkpoints, Evaluation and Logging: what the run saves, evaluates and records.
+void ModelCommands::Impl::add_record_options() {
+  TrainOptions& o = options;
+  CLI::App* c = train;
+  TrainOptionAdder add{c, o, "Checkpoints"};
   add.choice(o.save_strategy, {IntervalStrategy::kSteps, IntervalStrategy::kEpoch, IntervalStrategy::kNo},
              "when to checkpoint during training (HF's save_strategy): steps (every --save-steps), epoch (at each "
              "epoch's end) or no; the end of training always saves");
