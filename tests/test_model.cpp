@@ -11,6 +11,7 @@
 #include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "packed_rows.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -79,25 +80,9 @@ TEST_P(ModelParity, ForwardAndGradientsMatchHuggingFace) {
 INSTANTIATE_TEST_SUITE_P(FusedAndSeparateQkv, ModelParity, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "fused_qkv" : "separate_qkv"; });
 
-// The fixture's padded rows (real tokens first, then padding) packed end to end, as make_batch
-// packs features.
+// The fixture's padded rows packed end to end.
 PackedFeatures pack_rows(const SafetensorsFile& batch) {
-  const torch::Tensor ids = batch.get("input_ids"), types = batch.get("token_type_ids"), mask = batch.get("attention_mask");
-  PackedFeatures packed;
-  packed.offsets = {0};
-  std::vector<torch::Tensor> id_rows, type_rows, position_rows;
-  for (int64_t row = 0; row < ids.size(0); ++row) {
-    const int64_t length = mask[row].sum().item<int64_t>();
-    id_rows.push_back(ids[row].slice(0, 0, length));
-    type_rows.push_back(types[row].slice(0, 0, length));
-    position_rows.push_back(torch::arange(length));
-    packed.offsets.push_back(packed.offsets.back() + length);
-    packed.longest = std::max(packed.longest, length);
-  }
-  packed.input_ids = torch::cat(id_rows);
-  packed.token_type_ids = torch::cat(type_rows);
-  packed.position_ids = torch::cat(position_rows);
-  return packed;
+  return test::pack_rows(batch.get("input_ids"), batch.get("token_type_ids"), batch.get("attention_mask"));
 }
 
 // The QA loss with the padding's logits left out of the softmax: what packed batches compute.
