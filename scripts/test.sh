@@ -7,5 +7,13 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --with-sanitizers
 bash scripts/build.sh
 source scripts/env.sh
+# The harnesses' sanitizer build runs beside the suites at the lowest priority: it takes the cores
+# the suites leave idle (their multi-host, SLURM and namespace tests wait on links and daemons).
+# In a session of its own, so that a failing suite stops the whole build with it.
+setsid nice -n 19 bash scripts/fuzz.sh --build-only all > /dev/null 2>&1 &
+harnesses=$!
+trap 'kill -- "-$harnesses" 2> /dev/null || true' EXIT
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900)
+wait "$harnesses" || { tail -50 build-asan.log; echo "test.sh: the fuzz harnesses' build failed (build-asan.log, above)"; exit 1; }
+trap - EXIT
 bash scripts/fuzz.sh all 30
