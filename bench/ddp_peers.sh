@@ -6,7 +6,9 @@
 # 3-12 of each run. Every variant runs once per round, the rounds alternate the order.
 #   sudo bash bench/ddp_peers.sh [OUT_DIR]      # default results/ddp_peers/DATE
 # Environment: RATES (default "unlimited 1gbit 100mbit"), HOSTS (default "2 3"), ROUNDS (2),
-# VARIANTS (default: every mpibert strategy below, then torch-ddp torch-fsdp2), STEPS (12).
+# VARIANTS (default: every mpibert strategy below, then torch-ddp torch-fsdp2), STEPS (12),
+# MODEL_CONFIG (default configs/small-bert.json; bert-base: data_prep/data/bert-base-uncased/config.json),
+# BATCH (8, per rank).
 # Prints a Markdown table (one row per variant, a column per host count and rate, each figure
 # twice) and writes it with every run's log and result to OUT_DIR. Needs root and a build; the
 # peers' environment comes from bench/hf_peer/setup_venv.sh.
@@ -18,6 +20,7 @@ export OMP_NUM_THREADS=1
 bin=${MPIBERT_BIN_DIR:-$root/build/bin}
 out=${1:-$root/results/ddp_peers/$(date +%F)}
 rates=${RATES:-unlimited 1gbit 100mbit} host_counts=${HOSTS:-2 3} rounds=${ROUNDS:-2} steps=${STEPS:-12}
+model_config=$(realpath "${MODEL_CONFIG:-configs/small-bert.json}") batch=${BATCH:-8}
 variants=${VARIANTS:-mpibert-ddp-sparse mpibert-ddp-dense mpibert-zero1 mpibert-zero2 mpibert-fsdp torch-ddp torch-fsdp2}
 [ "$(id -u)" -eq 0 ] || { echo "ddp_peers.sh: the test hosts need root" >&2; exit 1; }
 python=$(bash bench/hf_peer/setup_venv.sh)
@@ -37,16 +40,16 @@ vocab=$root/data_prep/data/bert-base-uncased/vocab.txt
 # (metrics.jsonl's "seconds"), the peer's from its own timer.
 samples_per_second() {  # VARIANT RUN_DIR HOSTS
   case $1 in
-    torch-*) "$python" -c "import json; print(f\"{json.load(open('$2/result.json'))['samples_per_second']:.1f}\")" ;;
-    *) "$python" - "$2/metrics.jsonl" "$3" "$steps" <<'EOF'
+    torch-*) "$python" -c "import json; print(f\"{json.load(open('$2/result.json'))['samples_per_second']:.3g}\")" ;;
+    *) "$python" - "$2/metrics.jsonl" "$3" "$steps" "$batch" <<'EOF'
 import json, sys
 seconds = {}
 for line in open(sys.argv[1]):
     record = json.loads(line)
     if "loss" in record and "seconds" in record:
         seconds[record["step"]] = record["seconds"]
-hosts, steps = int(sys.argv[2]), int(sys.argv[3])
-print(f"{(steps - 2) * 8 * hosts / (seconds[steps] - seconds[2]):.1f}")
+hosts, steps, batch = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+print(f"{(steps - 2) * batch * hosts / (seconds[steps] - seconds[2]):.3g}")
 EOF
     ;;
   esac
@@ -58,16 +61,19 @@ run() {  # VARIANT HOSTS RUN_DIR
   case $variant in
     torch-*)
       command="env GLOO_SOCKET_IFNAME=eth0 $python $root/bench/ddp_peer/ddp_peer.py --strategy ${variant#torch-}"
-      command+=" --config $root/configs/small-bert.json --master h1 --batch-size 8 --steps $steps --out $dir/result.json" ;;
+      command+=" --config $model_config --master h1 --batch-size $batch --steps $steps --out $dir/result.json" ;;
     mpibert-*)
       local strategy=${variant#mpibert-} extra=""
       case $strategy in ddp-sparse) strategy=ddp ;; ddp-dense) strategy=ddp extra="--embedding-exchange dense" ;; esac
-      command="$bin/mpibert train --model-config $root/configs/small-bert.json --vocab $vocab --train-shards $work/shards"
-      command+=" --output-dir $dir/run --strategy $strategy $extra --batch-size 8 --padding full --threads 1 --seed 7"
+      command="$bin/mpibert train --model-config $model_config --vocab $vocab --train-shards $work/shards"
+      command+=" --output-dir $dir/run --strategy $strategy $extra --batch-size $batch --padding full --threads 1 --seed 7"
       command+=" --max-steps $steps --logging-steps 1 --report-to none --save-strategy no" ;;
   esac
   bash tests/cluster/hosts.sh mpirun "$work/hosts" "$n" "$command" > "$dir/log" 2>&1 || { tail -20 "$dir/log" >&2; return 1; }
-  [[ $variant == torch-* ]] && samples_per_second "$variant" "$dir" "$n" || samples_per_second "$variant" "$dir/run" "$n"
+  if [[ $variant == torch-* ]]; then samples_per_second "$variant" "$dir" "$n"; return; fi
+  samples_per_second "$variant" "$dir/run" "$n"
+  # Of mpibert's run, its record: not the trained weights, vocabulary and predictions.
+  find "$dir/run" -mindepth 1 -maxdepth 1 ! -name results.json ! -name metrics.jsonl -exec rm -rf {} +
 }
 
 declare -A figures
@@ -87,7 +93,7 @@ for rate in $rates; do
 done
 
 {
-  echo "Global samples/s over steps 3-$steps, small BERT, batch 8 per rank at 384 tokens, 1 rank and 1 thread per test host"
+  echo "Global samples/s over steps 3-$steps, $(basename "$(dirname "$model_config")")/$(basename "$model_config"), batch $batch per rank at 384 tokens, 1 rank and 1 thread per test host"
   echo "($(date +%F), commit $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'))."
   echo
   header="| variant |" rule="|---|"

@@ -9,8 +9,11 @@ bash scripts/build.sh
 source scripts/env.sh
 # The harnesses' sanitizer build runs beside the suites at the lowest priority: it takes the cores
 # the suites leave idle (their multi-host, SLURM and namespace tests wait on links and daemons).
-# In a session of its own, so that a failing suite stops the whole build with it.
-setsid nice -n 19 bash scripts/fuzz.sh --build-only all > /dev/null 2>&1 &
+# In a session of its own, so that a failing suite stops the whole build with it; a new session is
+# a scheduling group of its own where the kernel groups by session (autogroup), so the group itself
+# is set to the lowest priority too (nice alone would rank it only within the group).
+setsid bash -c 'echo 19 > /proc/self/autogroup 2> /dev/null; exec nice -n 19 bash scripts/fuzz.sh --build-only all' \
+  > /dev/null 2>&1 &
 harnesses=$!
 trap 'kill -- "-$harnesses" 2> /dev/null || true' EXIT
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900)
