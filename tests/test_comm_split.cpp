@@ -106,11 +106,10 @@ TEST_F(CommSplit, ANegativeColorIsRefusedBeforeAnythingIsQueued) {
   EXPECT_EQ(one.item<float>(), static_cast<float>(size_));
 }
 
-// The Open MPI settings MpiSession gives every launch reached Open MPI itself (its MPI_T control
-// variable), where the launch did not give its own.
-TEST(OpenMpiDefaults, TcpLinksReachOpenMpi) {
+// An Open MPI control variable's value as Open MPI itself holds it (MPI_T), "" where it has none.
+std::string open_mpi_setting(const std::string& wanted) {
   int provided = 0, count = 0;
-  ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
+  EXPECT_EQ(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
   MPI_T_cvar_get_num(&count);
   std::string value;
   for (int i = 0; i < count; ++i) {
@@ -119,17 +118,27 @@ TEST(OpenMpiDefaults, TcpLinksReachOpenMpi) {
     MPI_Datatype type;
     MPI_T_enum enumtype;
     MPI_T_cvar_get_info(i, name, &name_length, &verbosity, &type, &enumtype, description, &description_length, &binding, &scope);
-    if (std::string(name) != "btl_tcp_links") continue;
+    if (wanted != name) continue;
     MPI_T_cvar_handle handle;
-    int elements = 0, links = 0;
+    int elements = 0, number = 0;
     MPI_T_cvar_handle_alloc(i, nullptr, &handle, &elements);
-    MPI_T_cvar_read(handle, &links);
+    MPI_T_cvar_read(handle, &number);
     MPI_T_cvar_handle_free(&handle);
-    value = std::to_string(links);
+    value = std::to_string(number);
   }
   MPI_T_finalize();
+  return value;
+}
+
+// The Open MPI settings MpiSession gives every launch reached Open MPI itself, where the launch
+// did not give its own.
+TEST(OpenMpiDefaults, TcpLinksReachOpenMpi) {
   const char* given = std::getenv("MPIBERT_TEST_GIVEN_TCP_LINKS");  // a launch's own, if the test was given one
-  EXPECT_EQ(value, given ? given : kOpenMpiTcpLinks);
+  EXPECT_EQ(open_mpi_setting("btl_tcp_links"), given ? given : kOpenMpiTcpLinks);
+}
+
+TEST(OpenMpiDefaults, YieldingWhenIdleReachesOpenMpi) {
+  EXPECT_EQ(open_mpi_setting("mpi_yield_when_idle"), kOpenMpiYieldWhenIdle);
 }
 
 // Run by tests/test_comm_split_failure.sh on 3 ranks: groups {0, 1} and {2}; rank 1 never joins its
