@@ -7,7 +7,7 @@
 #   sudo bash bench/ddp_peers.sh [OUT_DIR]      # default results/ddp_peers/DATE
 # Environment: RATES (default "unlimited 1gbit 100mbit"), HOSTS (default "2 3"), ROUNDS (2),
 # VARIANTS (default: every mpibert strategy below, then torch-ddp torch-fsdp2), STEPS (12),
-# MODEL_CONFIG (default configs/small-bert.json; bert-base: data_prep/data/bert-base-uncased/config.json),
+# MODEL_CONFIG (default configs/small-bert.json; bert-base: bench/bert-base-config.json),
 # BATCH (8, per rank).
 # Prints a Markdown table (one row per variant, a column per host count and rate, each figure
 # twice) and writes it with every run's log and result to OUT_DIR. Needs root and a build; the
