@@ -1,6 +1,7 @@
 """The documentation names what exists, and the README's commands can run as written.
 
-- Every path that README.md, jobs/README.md and docs/*.md name in `code` exists in the repository.
+- Every path that README.md, jobs/README.md and docs/*.md name in `code` exists in the repository,
+  and git does not ignore it (a result left out of the commit by .gitignore exists only here).
   A path is a word in backticks that starts with one of the repository's folders (src/, jobs/, ...)
   or, in jobs/README.md's inline code, a script or job file of jobs/ named alone (`submit.sh`).
   Fenced blocks count too (a listing of run outputs there names no job file). Left out: what a
@@ -113,24 +114,42 @@ def train_options(text):
     return options
 
 
+def ignored_by_git(paths):
+    """The paths git ignores (untracked and matching .gitignore): present here, absent from a clone."""
+    if not (ROOT / ".git").exists():
+        skip_notice("not a git checkout: whether the named paths are committed is not checked")
+        return []
+    found = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--stdin"], input="\n".join(paths),
+                           capture_output=True, text=True)
+    if found.returncode not in (0, 1):  # 1: none ignored
+        raise RuntimeError(f"git check-ignore failed: {found.stderr}")
+    return sorted(found.stdout.split())
+
+
 class DocumentedPaths(unittest.TestCase):
     def test_every_named_path_exists(self):
-        missing = []
+        missing, named_here = [], []
         for doc in DOCS:
             paths = sorted(set(named_paths(doc)))
             self.assertGreater(len(paths), 3, f"{doc}: the pattern found almost no paths")
             missing += [f"{doc}: {path}" for path in paths if not (ROOT / path).exists()]
+            named_here += [path for path in paths if (ROOT / path).exists()]
         self.assertEqual(missing, [], "paths named that do not exist")
+        self.assertEqual(ignored_by_git(named_here), [], "paths named that exist here but a clone would not have")
 
     def test_links_point_at_files_and_headings(self):
-        broken = []
+        broken, linked_here = [], []
         for doc in DOCS:
             for path, anchor, target in links(doc):
                 if not path.exists():
                     broken.append(f"{doc}: {target} (no such file)")
-                elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+                    continue
+                if path.is_relative_to(ROOT):
+                    linked_here.append(str(path.relative_to(ROOT)))
+                if anchor and path.suffix == ".md" and anchor not in anchors(path):
                     broken.append(f"{doc}: {target} (no such heading)")
         self.assertEqual(broken, [])
+        self.assertEqual(ignored_by_git(linked_here), [], "links to files that a clone would not have")
 
     def test_the_pattern_finds_paths_and_leaves_out_outputs(self):
         text = ("Run `bash scripts/no_such.sh` then `results/compare RUN/results.json` (`tools/README.md`).\n"
