@@ -6,7 +6,8 @@
 # 3-12 of each run. Every variant runs once per round, the rounds alternate the order.
 #   sudo bash bench/ddp_peers.sh [OUT_DIR]      # default results/ddp_peers/DATE
 # Environment: RATES (default "unlimited 1gbit 100mbit"), HOSTS (default "2 3"), ROUNDS (2),
-# VARIANTS (default: every mpibert strategy below, then torch-ddp torch-fsdp2), STEPS (12),
+# VARIANTS (default: every mpibert strategy below, then torch-ddp torch-fsdp2; also
+# mpibert-fsdp-kept and torch-fsdp2-kept, the gathered parameters kept for backward), STEPS (12),
 # MODEL_CONFIG (default configs/small-bert.json; bert-base: bench/bert-base-config.json),
 # BATCH (8, per rank).
 # Prints a Markdown table (one row per variant, a column per host count and rate, each figure
@@ -64,7 +65,11 @@ run() {  # VARIANT HOSTS RUN_DIR
       command+=" --config $model_config --master h1 --batch-size $batch --steps $steps --out $dir/result.json" ;;
     mpibert-*)
       local strategy=${variant#mpibert-} extra=""
-      case $strategy in ddp-sparse) strategy=ddp ;; ddp-dense) strategy=ddp extra="--embedding-exchange dense" ;; esac
+      case $strategy in
+        ddp-sparse) strategy=ddp ;;
+        ddp-dense) strategy=ddp extra="--embedding-exchange dense" ;;
+        fsdp-kept) strategy=fsdp extra="--keep-gathered-for-backward" ;;
+      esac
       command="$bin/mpibert train --model-config $model_config --vocab $vocab --train-shards $work/shards"
       command+=" --output-dir $dir/run --strategy $strategy $extra --batch-size $batch --padding full --threads 1 --seed 7"
       command+=" --max-steps $steps --logging-steps 1 --report-to none --save-strategy no" ;;
@@ -94,7 +99,7 @@ done
 
 {
   echo "Global samples/s over steps 3-$steps, $(basename "$(dirname "$model_config")")/$(basename "$model_config"), batch $batch per rank at 384 tokens, 1 rank and 1 thread per test host"
-  echo "($(date +%F), commit $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'))."
+  echo "($(date +%F), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include bench 2>/dev/null || echo " + uncommitted changes"), $(lscpu | sed -n 's/^Model name: *//p'))."
   echo
   header="| variant |" rule="|---|"
   for n in $host_counts; do for rate in $rates; do header+=" $n hosts, $rate |"; rule+="--:|"; done; done

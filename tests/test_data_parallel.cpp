@@ -811,6 +811,51 @@ TEST_F(DataParallelTest, FsdpHoldsItsSlicesOnlyAndGathersEveryMicroBatch) {
   EXPECT_EQ(parallel->memory_footprint().parameters, slice_bytes);
 }
 
+// Kept for backward (FSDP2's reshard_after_forward=False), every unit is gathered once per
+// micro-batch, in forward, and held whole until its backward is done: backward's gathers send
+// nothing. The values are the same gathered weights, so the steps end bit for bit where fsdp's do.
+TEST_F(DataParallelTest, FsdpKeptForBackwardGathersEachUnitOncePerMicroBatch) {
+  std::map<bool, std::vector<torch::Tensor>> ends;
+  std::map<bool, int64_t> operations;
+  int64_t units = 0;
+  for (const bool keep : {false, true}) {
+    BertForQuestionAnswering model = make_model(tiny_config(), 1);
+    DataParallelOptions options = options_for("fsdp");
+    options.keep_gathered_for_backward = keep;
+    const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options);
+    parallel->broadcast_parameters();
+    units = static_cast<int64_t>(parallel->bucket_layout().size());
+    const int64_t before = communicator_->stats().operations;
+    three_accumulated_steps(model, *parallel, rank_);
+    operations[keep] = communicator_->stats().operations - before;
+    ends[keep] = whole_parameters(model, *parallel);
+  }
+  EXPECT_EQ(operations[false] - operations[true], 6 * (units - 1));  // 3 steps of 2 micro-batches
+  for (size_t k = 0; k < ends[false].size(); ++k) EXPECT_TRUE(torch::equal(ends[true][k], ends[false][k])) << k;
+}
+
+// Between forward and backward a kept rank holds every unit whole; after backward only its slices.
+TEST_F(DataParallelTest, FsdpKeptForBackwardHoldsTheWholeModelUntilBackward) {
+  BertForQuestionAnswering model = make_model(tiny_config(), 1);
+  DataParallelOptions options = options_for("fsdp");
+  options.keep_gathered_for_backward = true;
+  const auto parallel = parallel_for(model, communicator_, {}, options);
+  parallel->broadcast_parameters();
+  int64_t padded = 0;
+  for (const auto& unit : parallel->bucket_layout()) padded += unit.numel;
+  const int64_t slice_bytes = padded / size_ * 4;
+  parallel->begin_backward(/*synchronize=*/true);
+  const int64_t batch = 2, seq = 6;
+  const torch::Tensor ids = torch::randint(1, tiny_config().vocab_size, {batch, seq}, torch::kLong),
+                      positions = torch::zeros({batch}, torch::kLong);
+  const auto output = model->forward(ids, torch::zeros({batch, seq}, torch::kLong), torch::ones({batch, seq}, torch::kLong),
+                                     positions, positions);
+  EXPECT_EQ(parallel->memory_footprint().parameters, slice_bytes + padded * 4);
+  output.loss.backward();
+  parallel->finish_gradient_sync();
+  EXPECT_EQ(parallel->memory_footprint().parameters, slice_bytes);
+}
+
 // Calls a function before a parameter's gradient is accumulated.
 class BeforeAccumulation : public torch::autograd::FunctionPreHook {
  public:

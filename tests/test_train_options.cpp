@@ -151,6 +151,9 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
        "--param-dtype: bf16: applies to the parameter all-gathers of --strategy fsdp or hsdp; ddp keeps every parameter whole"},
       {"--param-dtype bf16 --strategy zero2",
        "--param-dtype: bf16: applies to the parameter all-gathers of --strategy fsdp or hsdp; zero2 keeps"},
+      {"--keep-gathered-for-backward --strategy zero1",
+       "--keep-gathered-for-backward: applies to the parameter all-gathers of --strategy fsdp or hsdp; zero1 keeps every "
+       "parameter whole"},
       {"--shard-group-size 2", "--shard-group-size: 2: shards hybrid strategies; ddp shards over every rank or none"},
       {"--strategy hsdp --shard-group-size -1", "--shard-group-size: -1: must be at least 0 (0: the ranks of a node)"},
       {"--overwrite-output-dir --resume auto", "--overwrite-output-dir replaces the run that --resume auto would continue"},

@@ -1,6 +1,7 @@
 """PyTorch's own data parallelism, the peer of mpibert's strategies: HF's BertForQuestionAnswering
 under torch.nn.parallel.DistributedDataParallel (c10d over gloo, bucket_cap_mb 25,
-gradient_as_bucket_view=True) or FSDP2 (fully_shard on every encoder layer and the root), torch's
+gradient_as_bucket_view=True) or FSDP2 (fully_shard on every encoder layer and the root; fsdp2-kept
+with reshard_after_forward=False, the gathered parameters kept from forward to backward), torch's
 fused AdamW and clip_grad_norm_ (max norm 1.0), one thread per rank, fixed-shape batches as
 mpibert's --padding full gives them (every sequence max_seq_length long, random token ids: the
 dense exchange does not depend on them).
@@ -8,7 +9,7 @@ dense exchange does not depend on them).
 Launched by mpirun (the rank and world size from Open MPI's environment; mpirun starts the
 processes, gloo carries the data over TCP to --master, the first rank's host):
 
-    mpirun -n N python ddp_peer.py --strategy ddp|fsdp2 --config CONFIG.json --master HOST \
+    mpirun -n N python ddp_peer.py --strategy ddp|fsdp2|fsdp2-kept --config CONFIG.json --master HOST \
         --batch-size 8 --steps 12 --out RESULT.json
 
 Writes the global samples/s over steps --first-timed..--steps (rank 0, after a barrier at both
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 def parse():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--strategy", choices=["ddp", "fsdp2"], required=True)
+    parser.add_argument("--strategy", choices=["ddp", "fsdp2", "fsdp2-kept"], required=True)
     parser.add_argument("--config", required=True)
     parser.add_argument("--master", required=True, help="the first rank's host (gloo's rendezvous)")
     parser.add_argument("--port", type=int, default=29511)
@@ -52,9 +53,10 @@ def model_for(strategy, config_path, bucket_mb):
         return DistributedDataParallel(model, bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True)
     from torch.distributed.fsdp import fully_shard
 
+    reshard_after_forward = strategy != "fsdp2-kept"
     for layer in model.bert.encoder.layer:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, reshard_after_forward=reshard_after_forward)
     return model
 
 

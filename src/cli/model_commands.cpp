@@ -330,6 +330,10 @@ void ModelCommands::Impl::add_parallelism_options() {
   add.choice(o.parallel.param_dtype, {CommDtype::kFp32, CommDtype::kBf16},
              "fsdp and hsdp: the dtype parameters are all-gathered in for forward and backward: fp32, or bf16 (half "
              "the bytes; FSDP2's param_dtype); evaluation and saving gather fp32");
+  add(o.parallel.keep_gathered_for_backward,
+      "fsdp and hsdp: a unit gathered for its forward stays whole until its backward is done (FSDP2's "
+      "reshard_after_forward=False): one all-gather per unit and step instead of two, for the memory of the whole "
+      "parameters during backward");
   add(o.parallel.shard_group_size, "hsdp: the ranks a slice is sharded over, consecutive ranks (0: the ranks of a node)")
       ->capture_default_str();
   c->add_option("--collective-timeout", collective_timeout,

@@ -50,11 +50,12 @@ Fsdp::Fsdp(const ModelDescription& model, std::shared_ptr<Communicator> job, std
   };
   reducer_ = std::make_unique<GradientReducer>(parameters_.tensors, groups_, std::move(group_of), *job_, std::move(actions),
                                                "units are");
-  gatherer_ =
-      std::make_unique<UnitGatherer>(groups_, *shards_, *shard_group_, *reducer_, options.param_dtype, model.set_unit_hooks);
+  gatherer_ = std::make_unique<UnitGatherer>(groups_, *shards_, *shard_group_, *reducer_, options.param_dtype,
+                                             options.keep_gathered_for_backward, model.set_unit_hooks);
   for (FlatGroup& unit : groups_) release_storage(unit.grads);  // allocated again when the unit's backward starts
   log_layout(name, *job_, options, groups_, "units",
              std::string(" gathered in ") + comm_dtype_name(options.param_dtype) +
+                 (options.keep_gathered_for_backward ? ", kept from forward to backward" : "") +
                  (replicas_ ? ", sharded over " + std::to_string(shard_group_->size()) + " ranks and replicated " +
                                   std::to_string(replicas_->size()) + " times"
                             : ""),
@@ -75,7 +76,10 @@ void Fsdp::begin_backward(bool /*synchronize*/) {
 void Fsdp::finish_gradient_sync() { reducer_->finish_step(); }
 
 // The next forward gathers the updated slices.
-torch::Tensor Fsdp::clip_and_step(double max_norm, const LearningRate& lr) { return optimizer_->clip_and_step(max_norm, lr); }
+torch::Tensor Fsdp::clip_and_step(double max_norm, const LearningRate& lr) {
+  gatherer_->release_all();
+  return optimizer_->clip_and_step(max_norm, lr);
+}
 
 void Fsdp::zero_grad() {
   zero_gradient_buffers(groups_);

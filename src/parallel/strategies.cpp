@@ -59,7 +59,7 @@ std::vector<StrategyRow> make_table() {
   fsdp.parameters = "1/N (a unit gathered while it runs)";
   fsdp.gradients = fsdp.optimizer_state = "1/N";
   fsdp.pick_it_when = "the parameters themselves do not fit; it gathers every unit for forward and again for backward";
-  fsdp.reads_param_dtype = true;
+  fsdp.gathers_parameters = true;
   fsdp.make = make_fsdp;
 
   StrategyRow& hsdp = rows.emplace_back();
@@ -73,7 +73,7 @@ std::vector<StrategyRow> make_table() {
   hsdp.pick_it_when =
       "fsdp's memory is needed and the job spans nodes: the slow links between nodes carry one all-reduce of 1/G of the "
       "gradients per rank, the gathers stay inside a node";
-  hsdp.reads_param_dtype = true;
+  hsdp.gathers_parameters = true;
   hsdp.reads_shard_group_size = true;
   hsdp.make = make_hsdp;
   return rows;

@@ -18,12 +18,13 @@ class GathererHooks : public UnitHooks {
 }  // namespace
 
 UnitGatherer::UnitGatherer(std::vector<FlatGroup>& units, Shards& shards, Communicator& shard_group, GradientReducer& reducer,
-                           CommDtype param_dtype, std::function<void(UnitHooks*)> set_unit_hooks)
+                           CommDtype param_dtype, bool keep_for_backward, std::function<void(UnitHooks*)> set_unit_hooks)
     : units_(units),
       shards_(shards),
       shard_group_(shard_group),
       reducer_(reducer),
       compute_wire_(comm_scalar_type(param_dtype)),
+      keep_for_backward_(keep_for_backward),
       set_unit_hooks_(std::move(set_unit_hooks)),
       hooks_(std::make_unique<GathererHooks>(*this)),
       gathers_(units.size()) {
@@ -93,6 +94,11 @@ void UnitGatherer::wait_all() {
   for (size_t u = 0; u < units_.size(); ++u) wait_gathered(u);
 }
 
+void UnitGatherer::release_all() {
+  wait_all();
+  for (size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
 void UnitGatherer::release(size_t u) {
   const Shards::Shard& shard = shards_[u];
   // A gather in flight still writes into the buffer (only on an error path: otherwise it was waited for).
@@ -119,12 +125,13 @@ void UnitGatherer::before_unit(size_t unit) {
   wait_gathered(unit);
 }
 
-// Released after forward, except the last unit's, which backward needs at once.
+// Released after forward, except the last unit's, which backward needs at once, and every unit's
+// when they are kept for backward.
 void UnitGatherer::after_unit(size_t unit, const torch::Tensor& output) {
   if (whole_model_) return;
   const bool backward_follows = torch::GradMode::is_enabled() && output.requires_grad();
   if (backward_follows) output.register_hook([this, unit](const torch::Tensor&) { begin_unit_backward(unit); });
-  if (!backward_follows || unit + 1 < units_.size()) release(unit);
+  if (!backward_follows || (unit + 1 < units_.size() && !keep_for_backward_)) release(unit);
 }
 
 torch::ScalarType UnitGatherer::unit_dtype() const { return shards_[0].params.scalar_type(); }

@@ -4,6 +4,8 @@
 // unit's gather prefetched) and freed after it (the last one is kept for backward), gathered again
 // when its backward starts (the one before it prefetched, through the reducer's plan, so that
 // gathers and reductions go out in one order on every rank), and freed once its backward is done.
+// Kept for backward (FSDP2's reshard_after_forward=False), a unit stays whole from its forward's
+// gather to the end of its backward: backward's planned gathers find it there and send nothing.
 // Whole, every unit stays gathered until released (evaluation, saving).
 #pragma once
 
@@ -27,7 +29,7 @@ class UnitGatherer {
   // Installs its hooks into the model (set_unit_hooks) for its lifetime. `reducer` plans the
   // gathers of backward; `param_dtype` is what forward and backward gather in.
   UnitGatherer(std::vector<FlatGroup>& units, Shards& shards, Communicator& shard_group, GradientReducer& reducer,
-               CommDtype param_dtype, std::function<void(UnitHooks*)> set_unit_hooks);
+               CommDtype param_dtype, bool keep_for_backward, std::function<void(UnitHooks*)> set_unit_hooks);
   ~UnitGatherer();
   UnitGatherer(const UnitGatherer&) = delete;
   UnitGatherer& operator=(const UnitGatherer&) = delete;
@@ -47,6 +49,9 @@ class UnitGatherer {
   void gather(size_t unit) { gather_async(unit, compute_wire_); }
   void release(size_t unit);  // a unit whose backward is done with its parameters
   void wait_all();
+  // Before the optimizer changes the slices: no unit may stay whole with the old values (one kept
+  // for a backward that never came, after a forward without one).
+  void release_all();
 
   // The model's hooks (UnitHooks).
   void before_unit(size_t unit);
@@ -63,6 +68,7 @@ class UnitGatherer {
   Communicator& shard_group_;
   GradientReducer& reducer_;
   const torch::ScalarType compute_wire_;
+  const bool keep_for_backward_;
   std::function<void(UnitHooks*)> set_unit_hooks_;
   std::unique_ptr<UnitHooks> hooks_;
   std::vector<std::shared_ptr<Work>> gathers_;  // per unit, in flight

@@ -74,7 +74,7 @@ void check_strategy_options(const TrainOptions& o) {
   if (!row) throw InputError(describe(strategy_flag, o.parallel.strategy, "not one of " + strategy_names()));
   std::string readers;
   for (const StrategyRow& other : strategy_table())
-    if (other.reads_param_dtype) readers += (readers.empty() ? "--strategy " : " or ") + other.name;
+    if (other.gathers_parameters) readers += (readers.empty() ? "--strategy " : " or ") + other.name;
   if (o.parallel.shard_group_size < 0)
     throw InputError(describe(train_option_field(o, o.parallel.shard_group_size).flag(),
                               std::to_string(o.parallel.shard_group_size), "must be at least 0 (0: the ranks of a node)"));
@@ -82,11 +82,15 @@ void check_strategy_options(const TrainOptions& o) {
     throw InputError(describe(train_option_field(o, o.parallel.shard_group_size).flag(),
                               std::to_string(o.parallel.shard_group_size),
                               "shards hybrid strategies; " + row->name + " shards over every rank or none"));
-  if (o.parallel.param_dtype != CommDtype::kFp32 && !row->reads_param_dtype)
+  if (o.parallel.param_dtype != CommDtype::kFp32 && !row->gathers_parameters)
     throw InputError(describe(train_option_field(o, o.parallel.param_dtype).flag(), comm_dtype_name(o.parallel.param_dtype),
                               "applies to the parameter all-gathers of " + readers + "; " + row->name +
                                   " keeps every parameter whole in fp32 (use " + readers +
                                   ", or --reduce-dtype for the gradients)"));
+  if (o.parallel.keep_gathered_for_backward && !row->gathers_parameters)
+    throw InputError(describe(train_option_field(o, o.parallel.keep_gathered_for_backward).flag(), "",
+                              "applies to the parameter all-gathers of " + readers + "; " + row->name +
+                                  " keeps every parameter whole"));
 }
 
 // "--lr-scheduler-kwargs: GIVEN: KEY: problem".

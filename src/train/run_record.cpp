@@ -106,6 +106,7 @@ nlohmann::ordered_json Trainer::parallel_summary() const {
       {"bucket_mb", options_.parallel.bucket_mb},
       {"reduce_dtype", comm_dtype_name(options_.parallel.reduce_dtype)},
       {"param_dtype", comm_dtype_name(options_.parallel.param_dtype)},
+      {"keep_gathered_for_backward", options_.parallel.keep_gathered_for_backward},
       {"gradient_bytes_reduced_per_rank", sync.bytes},
       {"embedding_exchange", embedding_exchange_name(parallel_->embedding_exchange())},
       {"embedding_sparse_exchanges", sync.sparse_exchanges},

@@ -432,6 +432,7 @@ class StepInput:
     reduce_dtype: str = "fp32"    # --reduce-dtype: every gradient reduction (ddp's mask of rows stays fp32)
     param_dtype: str = "fp32"     # --param-dtype: fsdp's parameter gathers in forward and backward
     shard_group: int = 0          # hsdp: the ranks a slice is sharded over (shard_ranks); the rest ignore it
+    keep_gathered: bool = False   # fsdp, hsdp --keep-gathered-for-backward: backward gathers nothing
 
 
 @dataclass
@@ -585,10 +586,11 @@ def fsdp_forward(start, stream, gather, compute):
     return t
 
 
-def fsdp_backward(start, stream, gather, reduce, compute, trace=None):
+def fsdp_backward(start, stream, gather, reduce, compute, trace=None, keep_gathered=False):
     """From the last unit (kept whole since forward) to the first: wait for the unit's gather,
     issue the gather of the unit before it, compute, issue the unit's reduce-scatter: the plan
     G(U-2), R(U-1), G(U-3), R(U-2), ..., G(0), R(1), R(0). Returns the end of backward.
+    `keep_gathered`: every unit is still whole from forward, its planned gather sends nothing.
     `trace` (a dict), where given, gets "polls": the moments mpibert issues from the plan (a unit's
     backward starting, its gradients complete), and "reduced": (unit, end of its reduce-scatter) in
     issue order."""
@@ -598,7 +600,7 @@ def fsdp_backward(start, stream, gather, reduce, compute, trace=None):
     for u in range(last, -1, -1):
         t = max(t, gathered[u])
         if u > 0:
-            gathered[u - 1] = stream.run(t, gather[u - 1])
+            gathered[u - 1] = t if keep_gathered else stream.run(t, gather[u - 1])
             polls.append(t)
         t += compute[u]
         reduced.append((u, stream.run(t, reduce[u])))
@@ -621,12 +623,12 @@ def replica_all_reduces(trace, end, stream, seconds):
     return stream.free
 
 
-def fsdp_bytes_per_micro_batch(units, p, param_dtype="fp32", reduce_dtype="fp32"):
-    """Sent per rank: every unit gathered in forward, all but the last again in backward, every
-    unit reduce-scattered."""
+def fsdp_bytes_per_micro_batch(units, p, param_dtype="fp32", reduce_dtype="fp32", keep_gathered=False):
+    """Sent per rank: every unit gathered in forward, all but the last again in backward (unless
+    kept from forward), every unit reduce-scattered."""
     gathers = sum(ring_bytes("all_gather", u.wire_bytes(param_dtype), p) for u in units)
-    return 2 * gathers - ring_bytes("all_gather", units[-1].wire_bytes(param_dtype), p) + \
-        sum(ring_bytes("reduce_scatter", u.wire_bytes(reduce_dtype), p) for u in units)
+    again = 0.0 if keep_gathered else gathers - ring_bytes("all_gather", units[-1].wire_bytes(param_dtype), p)
+    return gathers + again + sum(ring_bytes("reduce_scatter", u.wire_bytes(reduce_dtype), p) for u in units)
 
 
 def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
@@ -658,7 +660,7 @@ def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
         forward += end - t
         start = max(end, closing)  # begin_backward closes the micro-batch before
         trace = {}
-        t = fsdp_backward(start, stream, gather, reduce, bwd, trace)
+        t = fsdp_backward(start, stream, gather, reduce, bwd, trace, inp.keep_gathered)
         backward += t - end
         if r > 1:
             closing = replica_all_reduces(trace, t, replicas, replica)
@@ -667,7 +669,8 @@ def simulate_fsdp_step(inp, units, shares, network, micro_batches=1):
     bookkeeping = network.cost("all_reduce", 16, p)[0]
     step = inp.data + forward + backward + tail + inp.optimizer + after + bookkeeping
     exposed = forward + backward + tail - inp.forward - inp.backward
-    group_bytes = after_sent + micro_batches * fsdp_bytes_per_micro_batch(units, g, inp.param_dtype, inp.reduce_dtype)
+    group_bytes = after_sent + micro_batches * fsdp_bytes_per_micro_batch(units, g, inp.param_dtype, inp.reduce_dtype,
+                                                                          inp.keep_gathered)
     replica_bytes = micro_batches * sum(ring_bytes("all_reduce", n, r) for n in slices)
     sent = group_bytes + replica_bytes
     reduced = micro_batches * sum(u.wire_bytes(inp.reduce_dtype) for u in units) if g > 1 else 0.0
@@ -829,6 +832,7 @@ class Run:
     held_bytes: object = None  # parallel.memory_per_rank: the largest steady_state_bytes over ranks (None: not recorded)
     reduce_dtype: str = "fp32"  # link.json (absent: fp32, as every run before --reduce-dtype)
     param_dtype: str = "fp32"
+    keep_gathered: bool = False  # parallel.keep_gathered_for_backward (absent: False, as every run before it)
     reduced_bytes: float = float("nan")  # parallel.gradient_bytes_reduced_per_rank per step (nan: not recorded)
 
 
@@ -877,6 +881,7 @@ def load_run(directory):
                step=require(results, "train_step_seconds", results_path) / steps,
                accumulation=micro_batches(parameters, results_path), held_bytes=held_memory(parallel, results_path),
                embedding_rows=sparse_rows(parallel, results_path), **dtypes,
+               keep_gathered=bool(parallel.get("keep_gathered_for_backward", False)),
                reduced_bytes=reduced / steps if isinstance(reduced, (int, float)) else float("nan"))
 
 
@@ -1005,7 +1010,7 @@ def predict_run(run, runs, network):
         compute, how = sharded_optimizer_compute(run, runs)
         optimizer = compute if compute is not None else run.optimizer
     inp = StepInput(run.data, forward, backward, optimizer, run.strategy, run.world, len(parameter_list(run.config)),
-                    run.embedding_rows, run.reduce_dtype, run.param_dtype)
+                    run.embedding_rows, run.reduce_dtype, run.param_dtype, keep_gathered=run.keep_gathered)
     result = simulate(run.config, run.seq_len, inp, run.bucket_mb, network, run.accumulation)
     if run.strategy in SHARDED_STRATEGIES and how.startswith("measured"):
         result.step -= result.gather  # the measured optimizer phase already holds them

@@ -177,6 +177,17 @@ class WireDtype(unittest.TestCase):
         self.assertLess(reduce.step, fp32.step)
         self.assertEqual(self.step("ddp", param="bf16"), self.step("ddp"))
 
+    def test_kept_units_gather_once_a_micro_batch(self):
+        kept = m.simulate(self.config, 384, m.StepInput(0.0, 1.0, 2.0, 0.1, "fsdp", 2, self.tensors, keep_gathered=True),
+                          25, self.network)
+        fsdp = self.step("fsdp")
+        params, units = m.strategy_groups(self.config, "fsdp", 25, 2)
+        backward_gathers = sum(m.ring_bytes("all_gather", u.wire_bytes("fp32"), 2) for u in units[:-1])
+        self.assertAlmostEqual(fsdp.network_bytes - kept.network_bytes, backward_gathers)
+        self.assertEqual(kept.reduced_bytes, fsdp.reduced_bytes)
+        self.assertLess(kept.backward, fsdp.backward)
+        self.assertEqual(kept.forward, fsdp.forward)
+
     def test_one_rank_sends_nothing_in_either_dtype(self):
         for strategy in m.STRATEGIES:
             self.assertEqual(self.step(strategy, world=1, reduce="bf16", param="bf16"), self.step(strategy, world=1))

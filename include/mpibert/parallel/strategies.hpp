@@ -26,7 +26,8 @@ struct StrategyRow {
   std::string parameters, gradients, optimizer_state;
   std::string pick_it_when;
   // Options only some strategies read: given to another, they are refused (option_checks.hpp).
-  bool reads_param_dtype = false, reads_shard_group_size = false;
+  // gathers_parameters: --param-dtype and --keep-gathered-for-backward.
+  bool gathers_parameters = false, reads_shard_group_size = false;
   MakeDataParallel make;
 };
 

@@ -190,6 +190,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"embedding_exchange", "--embedding-exchange", kDescribed}, o.parallel.embedding_exchange);
   visit(F{"reduce_dtype", "--reduce-dtype", kDescribed}, o.parallel.reduce_dtype);
   visit(F{"param_dtype", "--param-dtype", kDescribed}, o.parallel.param_dtype);
+  visit(F{"keep_gathered_for_backward", "--keep-gathered-for-backward", kDescribed}, o.parallel.keep_gathered_for_backward);
   visit(F{"shard_group_size", "--shard-group-size", kDescribed}, o.parallel.shard_group_size);
 }
 
