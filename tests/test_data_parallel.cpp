@@ -69,10 +69,12 @@ void synthetic_backward(BertForQuestionAnswering& model, double weight, const st
   loss.backward();
 }
 
+// "fsdp_kept": fsdp with keep_gathered_for_backward (a name gtest takes as a parameter's).
 DataParallelOptions options_for(const std::string& strategy, double first_bucket_bytes = 1 * kMiB,
                                 double bucket_bytes = 25 * kMiB) {
   DataParallelOptions options;
-  options.strategy = strategy;
+  options.strategy = strategy == "fsdp_kept" ? "fsdp" : strategy;
+  options.keep_gathered_for_backward = strategy == "fsdp_kept";
   options.first_bucket_mb = first_bucket_bytes / kMiB;
   options.bucket_mb = bucket_bytes / kMiB;
   return options;
@@ -533,7 +535,8 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values("zero1", "zero2", "fsdp"), strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values("zero1", "zero2", "fsdp", "fsdp_kept"),
+                         strategy_test_name);
 
 // DistilBERT through the strategies, which know it by its description alone (its units: the
 // embeddings, each block, the QA head; its word embedding for ddp's sparse exchange): three
@@ -591,12 +594,14 @@ INSTANTIATE_TEST_SUITE_P(Strategies, DistilBertStrategies, ::testing::Values("dd
 // hsdp over groups of G consecutive ranks (every G that divides the ranks): three accumulated steps
 // end where ddp's end within the sharded strategies' round-off, each rank holds 1/G of the AdamW
 // state, and the replicas of a slice (ranks G apart) hold the same bytes. With G the whole job
-// there are no replicas: fsdp's composition over the same group, bit for bit.
+// there are no replicas: fsdp's composition over the same group, bit for bit. Kept for backward,
+// each ends bit for bit where it ends without.
 TEST_F(DataParallelTest, HsdpShardsInsideItsGroupsAndEndsWhereDdpEnds) {
-  auto run = [&](const std::string& strategy, int group, int64_t* state_bytes) {
+  auto run = [&](const std::string& strategy, int group, int64_t* state_bytes, bool keep = false) {
     BertForQuestionAnswering model = make_model(tiny_config(), 1);
     DataParallelOptions options = options_for(strategy, 40, 100);
     options.shard_group_size = group;
+    options.keep_gathered_for_backward = keep;
     const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options);
     parallel->broadcast_parameters();
     three_accumulated_steps(model, *parallel, rank_);
@@ -612,9 +617,11 @@ TEST_F(DataParallelTest, HsdpShardsInsideItsGroupsAndEndsWhereDdpEnds) {
     SCOPED_TRACE("shard groups of " + std::to_string(group));
     int64_t state = 0;
     const auto hsdp = run("hsdp", group, &state);
+    const auto kept = run("hsdp", group, nullptr, /*keep=*/true);
     // 1/G of the state, up to the padding of each unit to a multiple of G.
     EXPECT_NEAR(static_cast<double>(state), static_cast<double>(whole_state) / group, 64.0 * 2 * 4 * group);
     for (size_t k = 0; k < hsdp.size(); ++k) {
+      EXPECT_TRUE(torch::equal(kept[k], hsdp[k])) << names[k];
       if (group == size_) EXPECT_TRUE(torch::equal(hsdp[k], fsdp[k])) << names[k];
       if (test::has_zero_true_gradient(names[k], tiny_config().num_hidden_layers)) continue;
       EXPECT_TRUE(torch::allclose(hsdp[k], ddp[k], 1e-4, 1e-5)) << names[k];
@@ -676,7 +683,8 @@ TEST_P(WithCheckpointing, EndsBitForBitWhereTheRunWithoutEnds) {
   for (size_t k = 0; k < plain.size(); ++k) EXPECT_TRUE(torch::equal(checkpointed[k], plain[k])) << names[k];
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, WithCheckpointing, ::testing::Values("ddp", "zero1", "zero2", "fsdp"), strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, WithCheckpointing, ::testing::Values("ddp", "zero1", "zero2", "fsdp", "fsdp_kept"),
+                         strategy_test_name);
 
 // ddp's sparse embedding exchange. Each rank's ids come from its own few rows (shifted each
 // micro-batch), so the ranks touch different, overlapping rows: the union, not any rank's own.
