@@ -622,7 +622,9 @@ TEST_F(DataParallelTest, HsdpShardsInsideItsGroupsAndEndsWhereDdpEnds) {
     EXPECT_NEAR(static_cast<double>(state), static_cast<double>(whole_state) / group, 64.0 * 2 * 4 * group);
     for (size_t k = 0; k < hsdp.size(); ++k) {
       EXPECT_TRUE(torch::equal(kept[k], hsdp[k])) << names[k];
-      if (group == size_) EXPECT_TRUE(torch::equal(hsdp[k], fsdp[k])) << names[k];
+      if (group == size_) {
+        EXPECT_TRUE(torch::equal(hsdp[k], fsdp[k])) << names[k];
+      }
       if (test::has_zero_true_gradient(names[k], tiny_config().num_hidden_layers)) continue;
       EXPECT_TRUE(torch::allclose(hsdp[k], ddp[k], 1e-4, 1e-5)) << names[k];
     }
@@ -828,9 +830,7 @@ TEST_F(DataParallelTest, FsdpKeptForBackwardGathersEachUnitOncePerMicroBatch) {
   int64_t units = 0;
   for (const bool keep : {false, true}) {
     BertForQuestionAnswering model = make_model(tiny_config(), 1);
-    DataParallelOptions options = options_for("fsdp");
-    options.keep_gathered_for_backward = keep;
-    const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options);
+    const auto parallel = parallel_for(model, communicator_, adam_with_decay(), options_for(keep ? "fsdp_kept" : "fsdp"));
     parallel->broadcast_parameters();
     units = static_cast<int64_t>(parallel->bucket_layout().size());
     const int64_t before = communicator_->stats().operations;
@@ -845,9 +845,7 @@ TEST_F(DataParallelTest, FsdpKeptForBackwardGathersEachUnitOncePerMicroBatch) {
 // Between forward and backward a kept rank holds every unit whole; after backward only its slices.
 TEST_F(DataParallelTest, FsdpKeptForBackwardHoldsTheWholeModelUntilBackward) {
   BertForQuestionAnswering model = make_model(tiny_config(), 1);
-  DataParallelOptions options = options_for("fsdp");
-  options.keep_gathered_for_backward = true;
-  const auto parallel = parallel_for(model, communicator_, {}, options);
+  const auto parallel = parallel_for(model, communicator_, {}, options_for("fsdp_kept"));
   parallel->broadcast_parameters();
   int64_t padded = 0;
   for (const auto& unit : parallel->bucket_layout()) padded += unit.numel;

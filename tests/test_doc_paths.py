@@ -132,8 +132,11 @@ class DocumentedPaths(unittest.TestCase):
         for doc in DOCS:
             paths = sorted(set(named_paths(doc)))
             self.assertGreater(len(paths), 3, f"{doc}: the pattern found almost no paths")
-            missing += [f"{doc}: {path}" for path in paths if not (ROOT / path).exists()]
-            named_here += [path for path in paths if (ROOT / path).exists()]
+            for path in paths:
+                if (ROOT / path).exists():
+                    named_here.append(path)
+                else:
+                    missing.append(f"{doc}: {path}")
         self.assertEqual(missing, [], "paths named that do not exist")
         self.assertEqual(ignored_by_git(named_here), [], "paths named that exist here but a clone would not have")
 

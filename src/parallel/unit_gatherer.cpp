@@ -53,19 +53,14 @@ void UnitGatherer::broadcast_from_rank0(Communicator& job) {
   const int rank = shard_group_.rank(), ranks = shard_group_.size();
   for (size_t u = 0; u < units_.size(); ++u)
     shards_[u].param_shard.copy_(shards_[u].params.narrow(0, units_[u].shard_numel(ranks) * rank, units_[u].shard_numel(ranks)));
-  if (!whole_model_)
-    for (size_t u = 0; u < units_.size(); ++u) release(u);
+  if (!whole_model_) release_all();
 }
 
 // In the parameters' own dtype, whatever --param-dtype: evaluation and saving get the exact
 // weights. A unit still whole from training may hold bf16-rounded values: it is gathered again.
 void UnitGatherer::gather_whole() {
   if (whole_model_) return;
-  if (compute_wire_ != unit_dtype())
-    for (size_t u = 0; u < units_.size(); ++u) {
-      wait_gathered(u);
-      release(u);
-    }
+  if (compute_wire_ != unit_dtype()) release_all();
   for (size_t u = 0; u < units_.size(); ++u) gather_async(u, unit_dtype());
   for (size_t u = 0; u < units_.size(); ++u) wait_gathered(u);
   whole_model_ = true;

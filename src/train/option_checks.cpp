@@ -75,6 +75,8 @@ void check_strategy_options(const TrainOptions& o) {
   std::string readers;
   for (const StrategyRow& other : strategy_table())
     if (other.gathers_parameters) readers += (readers.empty() ? "--strategy " : " or ") + other.name;
+  const std::string not_gathering = "applies to the parameter all-gathers of " + readers + "; " + row->name +
+                                    " keeps every parameter whole";
   if (o.parallel.shard_group_size < 0)
     throw InputError(describe(train_option_field(o, o.parallel.shard_group_size).flag(),
                               std::to_string(o.parallel.shard_group_size), "must be at least 0 (0: the ranks of a node)"));
@@ -84,13 +86,9 @@ void check_strategy_options(const TrainOptions& o) {
                               "shards hybrid strategies; " + row->name + " shards over every rank or none"));
   if (o.parallel.param_dtype != CommDtype::kFp32 && !row->gathers_parameters)
     throw InputError(describe(train_option_field(o, o.parallel.param_dtype).flag(), comm_dtype_name(o.parallel.param_dtype),
-                              "applies to the parameter all-gathers of " + readers + "; " + row->name +
-                                  " keeps every parameter whole in fp32 (use " + readers +
-                                  ", or --reduce-dtype for the gradients)"));
+                              not_gathering + " in fp32 (use " + readers + ", or --reduce-dtype for the gradients)"));
   if (o.parallel.keep_gathered_for_backward && !row->gathers_parameters)
-    throw InputError(describe(train_option_field(o, o.parallel.keep_gathered_for_backward).flag(), "",
-                              "applies to the parameter all-gathers of " + readers + "; " + row->name +
-                                  " keeps every parameter whole"));
+    throw InputError(describe(train_option_field(o, o.parallel.keep_gathered_for_backward).flag(), "", not_gathering));
 }
 
 // "--lr-scheduler-kwargs: GIVEN: KEY: problem".

@@ -139,8 +139,9 @@ class WireDtype(unittest.TestCase):
         self.network = m.Link(1e-3, 1e-8)  # the ring formulas: nothing on one rank
         self.tensors = len(m.parameter_list(self.config))
 
-    def step(self, strategy, rows=None, reduce="fp32", param="fp32", world=2):
-        inp = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, world, self.tensors, rows, reduce, param, shard_group=2)
+    def step(self, strategy, rows=None, reduce="fp32", param="fp32", world=2, keep=False):
+        inp = m.StepInput(0.0, 1.0, 2.0, 0.1, strategy, world, self.tensors, rows, reduce, param, shard_group=2,
+                          keep_gathered=keep)
         return m.simulate(self.config, 384, inp, 25, self.network)
 
     def norm_bytes(self, world=2):
@@ -178,10 +179,8 @@ class WireDtype(unittest.TestCase):
         self.assertEqual(self.step("ddp", param="bf16"), self.step("ddp"))
 
     def test_kept_units_gather_once_a_micro_batch(self):
-        kept = m.simulate(self.config, 384, m.StepInput(0.0, 1.0, 2.0, 0.1, "fsdp", 2, self.tensors, keep_gathered=True),
-                          25, self.network)
-        fsdp = self.step("fsdp")
-        params, units = m.strategy_groups(self.config, "fsdp", 25, 2)
+        kept, fsdp = self.step("fsdp", keep=True), self.step("fsdp")
+        _, units = m.strategy_groups(self.config, "fsdp", 25, 2)
         backward_gathers = sum(m.ring_bytes("all_gather", u.wire_bytes("fp32"), 2) for u in units[:-1])
         self.assertAlmostEqual(fsdp.network_bytes - kept.network_bytes, backward_gathers)
         self.assertEqual(kept.reduced_bytes, fsdp.reduced_bytes)
