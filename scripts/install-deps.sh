@@ -188,7 +188,7 @@ for line in open(sys.argv[1]):
 PY
 then
   echo "install-deps: installing the analysis tools (tools/, mpibert-tools) and their plotting libraries into $venv"
-  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -c tools/constraints.txt -e ./tools
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -c tools/constraints.txt setuptools -e ./tools
 fi
 [ "${MPIBERT_SKIP_TORCH:-0}" = 1 ] && exit 0
 

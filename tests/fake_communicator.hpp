@@ -33,10 +33,14 @@ class FakeCommunicator : public Communicator {
  public:
   // `complete_at_once`: each Work is done when issued; else when complete_all() or wait().
   explicit FakeCommunicator(bool complete_at_once = true) : complete_at_once_(complete_at_once) {}
+  // As a backend whose operations run on device streams (NCCL); `log` gets every operation's name
+  // too, so that several communicators' interleaving can be read.
+  FakeCommunicator(bool complete_at_once, bool device_streams, std::shared_ptr<std::vector<std::string>> log)
+      : complete_at_once_(complete_at_once), device_streams_(device_streams), log_(std::move(log)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "fake"; }
-  CommunicatorCapabilities capabilities() const override { return {}; }
+  CommunicatorCapabilities capabilities() const override { return {device_streams_}; }
   std::unique_ptr<Communicator> split(int, int, const std::string&) override {
     return std::make_unique<FakeCommunicator>(complete_at_once_);
   }
@@ -63,11 +67,14 @@ class FakeCommunicator : public Communicator {
  private:
   std::shared_ptr<Work> issued(const std::string& what) {
     operations_.push_back(what);
+    if (log_) log_->push_back(what);
     works_.push_back(std::make_shared<FakeWork>(complete_at_once_));
     return works_.back();
   }
 
   bool complete_at_once_;
+  bool device_streams_ = false;
+  std::shared_ptr<std::vector<std::string>> log_;
   std::vector<std::string> operations_;
   std::vector<std::shared_ptr<FakeWork>> works_;
 };

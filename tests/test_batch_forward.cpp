@@ -73,6 +73,7 @@ TEST(StepCapture, EachRunThatCannotBeCapturedIsRefusedWithWhatItWouldTake) {
       {[](StepCaptureConditions& c) { c.accumulation = 2; }, "--gradient-accumulation 1"},
       {[](StepCaptureConditions& c) { c.fused_adamw = false; }, "--optim adamw_torch_fused"},
       {[](StepCaptureConditions& c) { c.deterministic = true; }, "--deterministic"},
+      {[](StepCaptureConditions& c) { c.gradient_checkpointing = true; }, "drop --gradient-checkpointing"},
   };
   for (const Row& row : rows) {
     StepCaptureConditions run = capturable;

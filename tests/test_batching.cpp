@@ -119,6 +119,22 @@ TEST_F(BatchLoading, PackedBatchesHoldTheRealTokensEndToEnd) {
   EXPECT_STREQ(padding_name(Padding::kPacked), "packed");
 }
 
+// The filler's positions stay below the model's position limit (DistilBERT's test config has 64):
+// a filler of thousands of tokens counts 0, 1, ... and wraps there.
+TEST_F(BatchLoading, TheFillersPositionsStayBelowTheModelsPositionLimit) {
+  const std::vector<int64_t> order = shuffled_order();
+  const std::vector<int64_t> indices(order.begin(), order.begin() + 4);
+  TokenBuckets buckets{4, store_->manifest().params.max_seq_length, 4096};  // a filler of over 2,500 tokens
+  buckets.position_limit = 64;
+  const Batch batch = make_batch(*store_, indices, Padding::kPacked, 0, false, &buckets);
+  const int64_t real = batch.real_tokens;
+  ASSERT_GT(batch.bucket - real, 64) << "the filler must be longer than the limit for this test to mean anything";
+  const torch::Tensor filler = batch.position_ids.slice(0, real);
+  EXPECT_LT(filler.max().item<int64_t>(), 64);
+  EXPECT_EQ(filler[64].item<int64_t>(), 0);
+  EXPECT_EQ(filler[63].item<int64_t>(), 63);
+}
+
 // A full packed batch padded to its bucket (the first multiple of the granularity above its
 // tokens) by one filler feature of pad tokens, whose answer the loss ignores; the real features as
 // plain packing has them; a short batch is not bucketed; the loader delivers them so.

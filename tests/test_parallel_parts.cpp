@@ -11,6 +11,8 @@
 #include "fake_communicator.hpp"
 #include "flat_groups.hpp"
 #include "gradient_reducer.hpp"
+#include "hsdp.hpp"
+#include "shards.hpp"
 
 namespace mpibert {
 namespace {
@@ -110,6 +112,83 @@ TEST_F(ReducerTest, IssueThroughForcesThePlanUpToAGather) {
   EXPECT_EQ(comm_.operations(), (std::vector<std::string>{"reduce 0", "gather 1", "reduce 1"}));
   reducer.finish_step();
   EXPECT_EQ(comm_.operations(), (std::vector<std::string>{"reduce 0", "gather 1", "reduce 1", "gather 2", "reduce 2"}));
+}
+
+// hsdp's reduction of three groups into their slices, over a shard group and a replica
+// communicator that log into one list: the interleaving of the two communicators' operations,
+// with the shard group's reduce-scatters completing at once or only when waited for.
+std::vector<std::string> hsdp_interleaving(bool device_streams, bool reduce_scatters_complete_at_once) {
+  std::vector<torch::Tensor> tensors = {torch::ones({2}), torch::ones({3}), torch::ones({4})};
+  NamedParameters parameters{{"a", "b", "c"}, tensors};
+  std::vector<FlatGroup> groups = group_into_buckets(parameters.tensors, 1e-6, 1e-6, std::nullopt);
+  attach_gradient_views(groups, parameters.tensors, 1);
+  Shards shards(groups, parameters, 0, 1, /*own_storage=*/true);
+  auto log = std::make_shared<std::vector<std::string>>();
+  test::FakeCommunicator shard_group(reduce_scatters_complete_at_once, device_streams, log);
+  test::FakeCommunicator replicas(/*complete_at_once=*/true, device_streams, log);
+  ShardedGradients::Options options;
+  options.job_ranks = 2;
+  ShardedGradients gradients(groups, shards, shard_group, &replicas, options, [](const std::shared_ptr<Work>&, int64_t) {});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    gradients.reduce(g);
+    gradients.issued();
+  }
+  gradients.closed();
+  return *log;
+}
+
+// NCCL (device streams): the same interleaving on every rank whatever completes when, each
+// all-reduce across the replicas one group behind its reduce-scatter; with the all-reduces issued
+// as each rank saw its reduce-scatter done, ranks would interleave differently and can deadlock.
+TEST(HsdpReduction, DeviceStreamCommunicatorsInterleaveAlikeWhateverCompletesWhen) {
+  const std::vector<std::string> expected = {"reduce-scatter of gradient bucket 0 (16 bytes)",
+                                             "reduce-scatter of gradient bucket 1 (12 bytes)",
+                                             "all-reduce across replicas of gradient bucket 0 (16 bytes)",
+                                             "reduce-scatter of gradient bucket 2 (8 bytes)",
+                                             "all-reduce across replicas of gradient bucket 1 (12 bytes)",
+                                             "all-reduce across replicas of gradient bucket 2 (8 bytes)"};
+  EXPECT_EQ(hsdp_interleaving(/*device_streams=*/true, /*complete_at_once=*/true), expected);
+  EXPECT_EQ(hsdp_interleaving(/*device_streams=*/true, /*complete_at_once=*/false), expected);
+}
+
+// MPI (a thread per communicator, safe in any interleaving): each all-reduce as soon as its
+// reduce-scatter is done, and every group's all the same.
+TEST(HsdpReduction, HostCommunicatorsAllReduceEachGroupOnceItsReduceScatterIsDone) {
+  const std::vector<std::string> at_once = hsdp_interleaving(false, true);
+  EXPECT_EQ(at_once[1], "all-reduce across replicas of gradient bucket 0 (16 bytes)");
+  const std::vector<std::string> later = hsdp_interleaving(false, false);
+  EXPECT_EQ(later[3], "all-reduce across replicas of gradient bucket 0 (16 bytes)");
+  EXPECT_EQ(at_once.size(), 6u);
+  EXPECT_EQ(later.size(), 6u);
+}
+
+// hsdp's shard groups over the nodes, from the host each rank runs on.
+std::string shard_group_problem(int given, const std::vector<std::string>& hosts) {
+  try {
+    plan_shard_groups(given, hosts);
+    return "";
+  } catch (const std::invalid_argument& problem) {
+    return problem.what();
+  }
+}
+
+TEST(HsdpShardGroups, ByDefaultANodesRanksOnEveryNodeAlike) {
+  EXPECT_EQ(plan_shard_groups(0, {"a", "a", "b", "b"}).size, 2);
+  EXPECT_FALSE(plan_shard_groups(0, {"a", "a", "b", "b"}).spans_nodes);
+  EXPECT_EQ(plan_shard_groups(0, {"a", "a", "a"}).size, 3);
+  // 2 ranks on one node and 4 on another: groups of 2 would split the second node's ranks.
+  const std::string uneven = shard_group_problem(0, {"a", "a", "b", "b", "b", "b"});
+  EXPECT_NE(uneven.find("the nodes run different numbers of ranks"), std::string::npos) << uneven;
+  EXPECT_NE(uneven.find("give --shard-group-size"), std::string::npos) << uneven;
+  EXPECT_NE(shard_group_problem(0, {"b", "b", "b", "b", "a", "a"}), "");
+  EXPECT_NE(shard_group_problem(0, {"a", "b", "a", "b"}).find("not run their ranks in order"), std::string::npos);
+}
+
+TEST(HsdpShardGroups, AGivenSizeMayDivideOrSpanNodesButMustDivideTheRanks) {
+  EXPECT_EQ(plan_shard_groups(2, {"a", "a", "b", "b", "b", "b"}).size, 2);
+  EXPECT_FALSE(plan_shard_groups(2, {"a", "a", "b", "b", "b", "b"}).spans_nodes);
+  EXPECT_TRUE(plan_shard_groups(3, {"a", "a", "b", "b", "b", "b"}).spans_nodes);
+  EXPECT_EQ(shard_group_problem(4, {"a", "a", "b", "b", "b", "b"}), "4 does not divide the 6 ranks into shard groups");
 }
 
 }  // namespace

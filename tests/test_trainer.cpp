@@ -307,6 +307,36 @@ TEST_F(Trainer, ResumedRunEndsBitForBitWhereAnUninterruptedOneDoes) {
   EXPECT_EQ(full["total_flos"], resumed["total_flos"]);
 }
 
+// A run that reached --max-steps inside an epoch resumes there, with a longer --max-steps, as HF's
+// Trainer does: bit for bit the straight run to the longer length (a constant lr, so that the
+// schedule does not depend on the length). Before, its epoch was counted as done and the rest of it
+// was never seen.
+TEST_F(Trainer, ARunStoppedByMaxStepsResumesInsideItsEpoch) {
+  test::TempDir straight, interrupted;
+  auto with_length = [&](const std::string& dir, int64_t steps) {
+    TrainOptions o = options(dir);
+    o.eval_dir.clear();
+    o.lr_scheduler_type = LrSchedulerType::kConstant;
+    o.warmup_ratio = 0;
+    o.max_steps = steps;
+    return o;
+  };
+  train(with_length(straight.path(), 8));
+  train(with_length(interrupted.path(), 3));  // 3 of the epoch's 6 steps
+  const nlohmann::json state = nlohmann::json::parse(read_file(interrupted.file("checkpoint-3/trainer_state.json")));
+  EXPECT_EQ(state["epoch"], 0);
+  EXPECT_EQ(state["micro_batches_done_in_epoch"], 3);
+  TrainOptions longer = with_length(interrupted.path(), 8);
+  longer.resume = "auto";
+  const nlohmann::ordered_json resumed = train(longer);
+  EXPECT_EQ(resumed["resumed_from_step"], 3);
+  SafetensorsFile a = SafetensorsFile::open(straight.file("checkpoint-8/model.safetensors"));
+  SafetensorsFile b = SafetensorsFile::open(interrupted.file("checkpoint-8/model.safetensors"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i)
+    EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
+}
+
 // A schedule other than linear (HF's cosine_with_restarts, 2 cycles after 2 warmup steps): every
 // step's lr is the schedule's, stopped at step 3 and resumed as in one run; results.json and the
 // checkpoints record it, and a checkpoint is not resumed with another schedule.
@@ -808,6 +838,33 @@ TEST_F(Trainer, CheckpointReplacedByASaveKilledHalfWayIsPutBack) {
   verify_checkpoint(four, 0);
   EXPECT_EQ(read_file_bytes(four + "/model.safetensors"), saved_model);  // resumed bit for bit: the same model
   EXPECT_FALSE(fs::exists(run.file(".checkpoint-4.replaced")));
+}
+
+// --overwrite-output-dir replaces the whole earlier run: a checkpoint a killed save had moved aside
+// (.checkpoint-STEP.replaced) goes with it, and is not put back for a later --resume auto.
+TEST_F(Trainer, OverwritingARunRemovesTheCheckpointAKilledSaveMovedAside) {
+  test::TempDir run;
+  TrainOptions o = options(run.path());
+  o.eval_dir.clear();
+  o.save_steps = 2;
+  o.stop_after_steps = 2;
+  train(o);
+  // What a save of step 4 killed between its renames leaves: the old checkpoint-4, moved aside.
+  fs::copy(run.file("checkpoint-2"), run.file(".checkpoint-4.replaced"), fs::copy_options::recursive);
+
+  TrainOptions overwrite = o;
+  overwrite.overwrite_output_dir = true;
+  overwrite.save_steps = 1;
+  overwrite.stop_after_steps = 1;
+  train(overwrite);
+  EXPECT_FALSE(fs::exists(run.file(".checkpoint-4.replaced")));
+  EXPECT_FALSE(fs::exists(run.file("checkpoint-4")));
+  EXPECT_FALSE(fs::exists(run.file("checkpoint-2")));
+
+  TrainOptions resume = o;
+  resume.resume = "auto";
+  resume.stop_after_steps = 1;
+  EXPECT_EQ(train(resume)["resumed_from_step"], 1);
 }
 
 // Only folders named checkpoint-DIGITS are the run's checkpoints: a user's checkpoint-2-best or

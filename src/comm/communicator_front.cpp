@@ -79,7 +79,12 @@ std::shared_ptr<Work> CommunicatorFront::track(const std::string& what, int64_t 
     in_flight_.withdraw(id);
     throw;
   }
-  in_flight_.attach(id, work);
+  // Done already: completed on the host (NCCL's split), or by a worker that reported it (MPI).
+  // Either way no backend polls it: poll() only ever sees the Works it issued asynchronously.
+  if (work->done())
+    in_flight_.finish(id, work->seconds());
+  else
+    in_flight_.attach(id, work);
   return work;
 }
 

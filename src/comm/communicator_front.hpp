@@ -59,8 +59,9 @@ class CommunicatorFront : public Communicator {
 
   // On the watchdog's thread, for a backend that learns of progress by polling (NCCL's events):
   // reports on the oldest operation, issued as `oldest`, through in_flight(); true when it
-  // completed, so that the next one is polled at once. A backend whose own thread reports (MPI)
-  // keeps this default.
+  // completed, so that the next one is polled at once. `oldest` is always a Work this backend's
+  // issue hook returned not yet done (one done on return, as a host-synchronous split's, the front
+  // finishes itself). A backend whose own thread reports (MPI) keeps this default.
   virtual bool poll(const std::string& what, Work& oldest) { return false; }
   // Before a timeout report or fail(): stop what the backend has in flight (NCCL: abort), so
   // that a hung transfer holds neither the report nor the job's end.

@@ -101,7 +101,8 @@ class NcclWork : public Work {
   bool host_waits_;
 };
 
-// Done when made: what a host-synchronous backend call (a split) gives the front to track.
+// Done when made: what a host-synchronous backend call (a split) returns; the front finishes it
+// at once, so poll() never sees it (it sees NcclWork only).
 class CompletedWork : public Work {
  public:
   void wait() override {}

@@ -30,6 +30,16 @@ void InFlight::withdraw(uint64_t id) {
   if (entry != entries_.end()) entries_.erase(entry);
 }
 
+void InFlight::finish(uint64_t id, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto entry = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.id == id; });
+  if (entry == entries_.end()) return;
+  stats_.busy_seconds += seconds;
+  stats_.operations += 1;
+  stats_.bytes += entry->bytes;
+  entries_.erase(entry);
+}
+
 void InFlight::oldest_started() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!entries_.empty() && !entries_.front().started) entries_.front().started = Clock::now();

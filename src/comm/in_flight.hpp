@@ -25,6 +25,10 @@ class InFlight {
   uint64_t add(std::string what, int64_t bytes);
   void attach(uint64_t id, std::shared_ptr<Work> work);
   void withdraw(uint64_t id);
+  // The front, for an operation done when its issue returned (a backend that completes it on the
+  // host, as NCCL's split): counted with `seconds` of transfer and taken out wherever it stands,
+  // so that no backend polls it. A no-op when a backend's worker reported it finished already.
+  void finish(uint64_t id, double seconds);
 
   // The backend: the oldest operation began its transfer (the timeout's clock starts; queued behind
   // a long backward, it is not late), or completed in `seconds` of transfer.

@@ -92,11 +92,12 @@ void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOpt
   batch.cumulative_lengths = torch::empty({static_cast<int64_t>(batch.feature_offsets.size())}, options.dtype(torch::kInt32));
   std::copy(batch.feature_offsets.begin(), batch.feature_offsets.end(), batch.cumulative_lengths.data_ptr<int32_t>());
   if (batch.bucket == 0) return;
-  // The filler: pad tokens counting from 0, its answer past the logits (the loss's ignored index).
+  // The filler: pad tokens counting from 0 below the position limit (a position the model has no
+  // embedding for reads out of bounds on the GPU), its answer past the logits (the loss's ignored index).
   for (int64_t t = real; t < tokens; ++t) {
     ids[t] = pad_token_id;
     types[t] = 0;
-    positions[t] = t - real;
+    positions[t] = (t - real) % buckets->position_limit;
   }
   batch.start_positions[features] = batch.padded_length;
   batch.end_positions[features] = batch.padded_length;

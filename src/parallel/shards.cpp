@@ -88,14 +88,25 @@ IssuedReduction ShardedGradients::reduce(size_t g) {
                     : shards_[g].grad_shard;
   reduce_scatters_[g] = reduce_scatter_sum_as(wire(), shard_group_, group.grads, targets_[g], "reduce-scatter of " + group.what);
   if (options_.releases_gradients) awaiting_release_.push_back(g);
+  if (replicas_ && replicas_in_issue_order()) all_reduce_across_replicas(/*wait=*/true);  // the groups before g
   if (replicas_) replica_queue_.push_back(g);
   return {reduce_scatters_[g], wire_bytes(wire(), group.grads)};
 }
 
 void ShardedGradients::issued() {
   release_reduced(/*end_of_backward=*/false);
-  all_reduce_across_replicas(/*wait=*/false);
+  if (replicas_ && !replicas_in_issue_order()) all_reduce_across_replicas(/*wait=*/false);
 }
+
+// NCCL runs each communicator's operations as kernels that wait for their peers: two
+// communicators' operations must be issued in the same interleaving on every rank, or each rank
+// can hold the device in an operation its peers have not reached (NCCL's documented deadlock). A
+// rank-local condition ("its reduce-scatter is done") would make that interleaving differ, so there
+// each group's all-reduce goes when the next group's reduce-scatter is issued: one behind, in the
+// plan's order on every rank, its wait ordering only the device (the previous group's
+// reduce-scatter is normally done by then). MPI runs a thread per communicator, so there an
+// all-reduce goes as soon as its reduce-scatter is done, never holding the host.
+bool ShardedGradients::replicas_in_issue_order() const { return replicas_->capabilities().device_streams; }
 
 // A CUDA gradient buffer goes as soon as its reduce-scatter is issued: the communicator keeps what
 // it still reads (NCCL: the caching allocator holds the memory for its stream; MPI: its host copy).
@@ -111,8 +122,9 @@ void ShardedGradients::release_reduced(bool end_of_backward) {
   awaiting_release_.erase(std::remove_if(awaiting_release_.begin(), awaiting_release_.end(), released), awaiting_release_.end());
 }
 
-// Across the replicas, in group order on every rank: each group's once its reduce-scatter is done
-// (waited for at the end of backward), so that the slice holds this group's sum before it travels.
+// Across the replicas, in group order on every rank, each group's after its reduce-scatter, so that
+// the slice holds this group's sum before it travels: `wait` issues every queued group (waiting
+// for its reduce-scatter), else only those whose reduce-scatter is done.
 void ShardedGradients::all_reduce_across_replicas(bool wait) {
   size_t issued = 0;
   for (; issued < replica_queue_.size(); ++issued) {

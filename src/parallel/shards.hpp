@@ -55,9 +55,9 @@ class Shards {
 // The reduction of a complete group's gradients into this rank's slice: averaged over every rank
 // of the job (each rank's divided by their number, then summed), reduce-scattered over the shard
 // group and, where the slices are replicated (hsdp), all-reduced across the replicas, in group
-// order, each as soon as its reduce-scatter is done. Optionally the full gradient buffer is freed
-// once no reduction reads it (zero2, fsdp, hsdp), and later micro-batches of a step land beside
-// the slice and are added once done (fsdp, hsdp: they reduce every micro-batch).
+// order after its reduce-scatter (when, depends on the backend: replicas_in_issue_order). Optionally the full gradient buffer is
+// freed once no reduction reads it (zero2, fsdp, hsdp), and later micro-batches of a step land beside the slice and are added
+// once done (fsdp, hsdp: they reduce every micro-batch).
 class ShardedGradients {
  public:
   struct Options {
@@ -83,6 +83,7 @@ class ShardedGradients {
   torch::ScalarType wire() const { return comm_scalar_type(options_.reduce_dtype); }
   void release_reduced(bool end_of_backward);
   void all_reduce_across_replicas(bool wait);
+  bool replicas_in_issue_order() const;
 
   std::vector<FlatGroup>& groups_;
   Shards& shards_;

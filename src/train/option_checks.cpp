@@ -224,8 +224,7 @@ std::function<std::string(const std::string& key)> train_option_labels(const Tra
 
 void remove_earlier_run(const std::string& output_dir) {
   if (!fs::exists(output_dir)) return;
-  for (const std::string& checkpoint : checkpoints_by_step(output_dir)) fs::remove_all(checkpoint);
-  remove_stale_checkpoint_work(output_dir);
+  remove_every_checkpoint(output_dir);  // a checkpoint moved aside included: nothing of it may be put back
   for (const char* name :
        {"metrics.jsonl", "results.json", "all_results.json", "train_results.json", "eval_results.json", "trainer_state.json",
         "predictions.json", "nbest_predictions.json", "null_odds.json", "eval_predictions.json", "eval_nbest_predictions.json",

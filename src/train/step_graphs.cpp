@@ -31,14 +31,18 @@ torch::Tensor lr_tensor(double lr, const torch::Device& device) {
 
 }  // namespace
 
+// What the options alone decide comes first, so that a CPU names it too; the GPU last.
 std::string steps_cannot_be_captured(const StepCaptureConditions& run) {
-  if (!run.cuda) return "CUDA graphs need a GPU";
   if (!run.packed) return "the step's shapes change with every batch: give --padding packed (token buckets of fixed shapes)";
   if (run.ranks > 1) return "the gradient collectives are not captured yet: one rank per job captures its step";
   if (run.fp16) return "fp16's skip decision reads the device every step: use --bf16";
   if (run.accumulation > 1) return "a step of several micro-batches is not one graph yet: --gradient-accumulation 1";
   if (!run.fused_adamw) return "the device-side AdamW step is the fused kernel's: --optim adamw_torch_fused";
   if (run.deterministic) return "--deterministic's kernels are not captured";
+  if (run.gradient_checkpointing)
+    return "activation checkpointing's recompute reads the CUDA generator's state, which a capture forbids: drop "
+           "--gradient-checkpointing";
+  if (!run.cuda) return "CUDA graphs need a GPU";
   return "";
 }
 

@@ -50,7 +50,9 @@ nlohmann::ordered_json Trainer::run() {
       profiler.after_step(steps_this_run_);
       stopped_early = finish_step(std::move(step), signals);
     }
-    if (!stopped_early) {
+    // Only an epoch that ran out moves on: a run that reached its step limit inside one (a
+    // --max-steps shorter than the epoch) resumes where it stopped, as HF's Trainer does.
+    if (!stopped_early && !steps_left_in_epoch()) {
       ++state_.epoch;
       state_.micro_batches_done = 0;
     }

@@ -197,9 +197,12 @@ void Trainer::set_up_step_graphs() {
   run.accumulation = options_.gradient_accumulation;
   run.fused_adamw = options_.optim == Optim::kAdamWTorchFused;
   run.deterministic = options_.deterministic;
+  run.gradient_checkpointing = options_.model.gradient_checkpointing;
   const std::string reason = steps_cannot_be_captured(run);
   if (!reason.empty()) throw InputError(describe("--cuda-graphs", "", reason));
-  token_buckets_ = TokenBuckets{options_.batch_size, store_->manifest().params.max_seq_length};
+  TokenBuckets buckets{options_.batch_size, store_->manifest().params.max_seq_length};
+  buckets.position_limit = model().config_json().value("max_position_embeddings", buckets.position_limit);
+  token_buckets_ = buckets;
   step_graphs_ = std::make_unique<StepGraphs>(device_);
 }
 

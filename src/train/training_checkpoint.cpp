@@ -74,6 +74,9 @@ bool ends_with(const std::string& name, const std::string& suffix) {
 bool is_hidden_checkpoint_work(const std::string& name) {
   return name.rfind(".checkpoint-", 0) == 0 && (ends_with(name, ".tmp") || ends_with(name, ".removing"));
 }
+bool is_replaced_checkpoint(const std::string& name) {
+  return name.rfind(".checkpoint-", 0) == 0 && ends_with(name, ".replaced");
+}
 
 // The checkpoint a .checkpoint-STEP.replaced folder was moved aside from: RUN/checkpoint-STEP ("" for
 // another name).
@@ -201,6 +204,17 @@ void remove_stale_checkpoint_work(const std::string& output_dir) {
   std::error_code ignored;
   for (const auto& entry : fs::directory_iterator(output_dir, ignored))
     if (is_hidden_checkpoint_work(entry.path().filename().string())) fs::remove_all(entry.path(), ignored);
+}
+
+void remove_every_checkpoint(const std::string& output_dir) {
+  for (const std::string& checkpoint : checkpoints_by_step(output_dir)) fs::remove_all(checkpoint);
+  std::error_code error;
+  std::vector<fs::path> work;
+  for (fs::directory_iterator entry(output_dir, error), end; !error && entry != end; entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
+    if (is_hidden_checkpoint_work(name) || is_replaced_checkpoint(name)) work.push_back(entry->path());
+  }
+  for (const fs::path& path : work) fs::remove_all(path);
 }
 
 void recover_replaced_checkpoints(const std::string& output_dir) {

@@ -118,8 +118,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+# What the projection reads travels with the package (inputs/: links into the checkout, copied into
+# an installed package), so that `pip install ./tools` then `mpibert-scaling-model project` works
+# from anywhere. The measured runs and the outputs are the checkout's results/scaling_model when the
+# package runs from a checkout, else options (the current directory for the outputs).
+INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inputs")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA_DIR = os.path.join(REPO_ROOT, "results", "scaling_model")  # the measurements, clusters.json, the outputs
+CHECKOUT_DATA_DIR = os.path.join(REPO_ROOT, "results", "scaling_model")
+DATA_DIR = CHECKOUT_DATA_DIR if os.path.isdir(CHECKOUT_DATA_DIR) else None  # the measurements, the outputs
 MIB = 1024 * 1024
 FIRST_BUCKET_MB = 1.0
 SPARSE_ROWS_MAX_FRACTION = 0.9  # DataParallelOptions::sparse_rows_max_fraction
@@ -2265,8 +2271,8 @@ largest over the backward's position), the sum of:
 
 def write_projection(clusters_path, out, plot=True):
     raw = load_clusters(clusters_path)
-    configs = {"bert-base": load_config(os.path.join(REPO_ROOT, "bench", "bert-base-config.json")),
-               "bert-large": load_config(os.path.join(DATA_DIR, "bert-large-config.json"))}
+    configs = {"bert-base": load_config(os.path.join(INPUTS, "bert-base-config.json")),
+               "bert-large": load_config(os.path.join(INPUTS, "bert-large-config.json"))}
     projections, batch = run_projections(raw, configs, clusters_path)
     batches = batch_table(raw, configs, clusters_path)
     lines = ["# Scaling projection: mpibert data-parallel BERT on GPU clusters", "",
@@ -2463,13 +2469,17 @@ def plot_memory(batches, configs, devices, path, seq_len, batch, p, usable, grou
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["check", "project", "all"])
-    parser.add_argument("--measured", default=os.path.join(DATA_DIR, "measured"))
-    parser.add_argument("--measured-bf16", default=os.path.join(DATA_DIR, "measured-bf16"),
+    parser.add_argument("--measured", default=DATA_DIR and os.path.join(DATA_DIR, "measured"),
+                        help="the measured runs `check` reads (the checkout's results/scaling_model/measured)")
+    parser.add_argument("--measured-bf16", default=DATA_DIR and os.path.join(DATA_DIR, "measured-bf16"),
                         help="bench/reduced_precision.sh's runs, checked where the folder exists")
-    parser.add_argument("--clusters", default=os.path.join(DATA_DIR, "clusters.json"))
-    parser.add_argument("--out", default=DATA_DIR)
+    parser.add_argument("--clusters", default=os.path.join(INPUTS, "clusters.json"))
+    parser.add_argument("--out", default=DATA_DIR or ".",
+                        help="where the reports go (the checkout's results/scaling_model, installed the current directory)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG files")
     args = parser.parse_args(argv)
+    if args.command in ("check", "all") and not args.measured:
+        parser.error("check reads measured runs: give --measured DIR (installed, the package has none of its own)")
     try:
         if args.command in ("project", "all"):
             write_projection(args.clusters, args.out, plot=not args.no_plot)

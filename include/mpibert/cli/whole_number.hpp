@@ -1,12 +1,15 @@
 // Whole-number options, read as people write them. CLI11 2.1 converts with strtoll(…, 0): it takes
 // "010" as octal 8 and "0x10" as hex, saturates 99999999999999999999 to the type's maximum, and
-// wraps -1 into an unsigned seed. whole_number<T>() refuses what the type cannot hold (naming the
-// value and the range) and hex or binary, and hands CLI11 the decimal it reads: leading zeros mean
+// wraps -1 into an unsigned seed, and skips leading white space first (" 010" is 8).
+// whole_number<T>() refuses what the type cannot hold (naming the value and the range), hex or
+// binary, and white space anywhere, and hands CLI11 the decimal it reads: leading zeros mean
 // nothing. Added with transform(), it runs after the option's own transforms added later.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <limits>
 #include <string>
@@ -20,6 +23,8 @@ CLI::Validator whole_number() {
   static_assert(std::is_integral_v<Int> && !std::is_same_v<Int, bool>);
   return CLI::Validator(
       [](std::string& text) -> std::string {
+        if (std::any_of(text.begin(), text.end(), [](unsigned char c) { return std::isspace(c) != 0; }))
+          return "'" + text + "' has white space in it: give the number alone";
         const char* begin = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
         const char* end = text.data() + text.size();
         if (begin == end || (*begin != '-' && (*begin < '0' || *begin > '9')))

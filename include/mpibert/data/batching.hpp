@@ -24,13 +24,15 @@ const char* padding_name(Padding padding);  // "dynamic", "full", "packed"
 // Packed batches of a few fixed shapes, for a step the GPU captures once per shape and replays
 // (CUDA graphs, whose kernels have their sizes baked in): a full batch's tokens are padded up to a
 // bucket, the first multiple of `granularity` above them, with one filler feature of pad tokens
-// (positions 0, 1, ...; start and end past the logits, which the loss ignores: it adds nothing to
-// the loss or the gradients), and its logits are `logits_width()` wide whatever its longest
-// feature. A batch of fewer features (an epoch's last) is not bucketed.
+// (positions 0, 1, ... wrapping at the model's position limit; start and end past the logits,
+// which the loss ignores: it adds nothing to the loss or the gradients), and its logits are
+// `logits_width()` wide whatever its longest feature. A batch of fewer features (an epoch's last)
+// is not bucketed.
 struct TokenBuckets {
   int64_t batch_size = 0;      // features per bucketed batch
   int64_t max_seq_length = 0;  // the shards'
   int64_t granularity = 512;
+  int64_t position_limit = 512;  // the model's max_position_embeddings: position ids stay below it
   // The bucket (tokens) for `features` features of `real_tokens` tokens; 0: none applies.
   int64_t bucket_of(int64_t features, int64_t real_tokens) const;
   // Every bucket a batch can fall in, ascending.

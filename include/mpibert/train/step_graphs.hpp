@@ -10,8 +10,8 @@
 // What the step's body may do: only device work queued on the current stream, nothing that reads
 // from or waits for the device, no host value that changes between steps (the learning rate comes
 // in as a device tensor, AdamW counts its steps on the device: AdamW::step(tensor)). Host timers,
-// profiler ranges and fault injection stay outside it. What cannot be captured yet runs eagerly,
-// with the reason logged once (steps_cannot_be_captured).
+// profiler ranges and fault injection stay outside it. A run whose steps cannot be captured is
+// refused at setup, before anything is written, with the reason (steps_cannot_be_captured).
 #pragma once
 
 #include <torch/torch.h>
@@ -45,13 +45,14 @@ struct StepGraphStats {
 
 // Why this run's steps cannot be captured, "" when they can. Each reason names what it would take.
 struct StepCaptureConditions {
-  bool cuda = false;           // CUDA graphs need a GPU
-  bool packed = false;         // --padding packed: the token buckets' fixed shapes
-  int ranks = 1;               // the collectives are not captured yet
-  bool fp16 = false;           // its skip decision reads the device each step
-  int64_t accumulation = 1;    // one micro-batch per step is one graph
-  bool fused_adamw = true;     // the device-side step is the fused kernel's
-  bool deterministic = false;  // --deterministic takes kernels the graphs are not tested with
+  bool cuda = false;                    // CUDA graphs need a GPU
+  bool packed = false;                  // --padding packed: the token buckets' fixed shapes
+  int ranks = 1;                        // the collectives are not captured yet
+  bool fp16 = false;                    // its skip decision reads the device each step
+  int64_t accumulation = 1;             // one micro-batch per step is one graph
+  bool fused_adamw = true;              // the device-side step is the fused kernel's
+  bool deterministic = false;           // --deterministic takes kernels the graphs are not tested with
+  bool gradient_checkpointing = false;  // its recompute saves and restores the CUDA generator's state
 };
 std::string steps_cannot_be_captured(const StepCaptureConditions& run);
 

@@ -80,6 +80,11 @@ void remove_stale_checkpoint_work(const std::string& output_dir);
 // the new one did. Never throws on a directory it cannot list.
 void recover_replaced_checkpoints(const std::string& output_dir);
 
+// --overwrite-output-dir: removes every checkpoint of the run and every hidden folder a save or a
+// deletion left (.tmp, .removing, and .replaced, which is never put back here: it belongs to the
+// run being replaced, and a later --resume auto would continue that run).
+void remove_every_checkpoint(const std::string& output_dir);
+
 // The checkpoints of a run, oldest first: the folders named exactly checkpoint-STEP (digits only;
 // a user's checkpoint-500-best is not one).
 std::vector<std::string> checkpoints_by_step(const std::string& output_dir);
