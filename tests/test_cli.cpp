@@ -3,6 +3,8 @@
 // version is printed by --version and recorded by `env`.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -42,7 +44,7 @@ TEST(Cli, EveryOptionOfEverySubcommandIsDescribedUnderAHeading) {
       if (option != command->get_help_ptr() && option->get_group() == default_group) ungrouped.push_back(name);
     }
   }
-  EXPECT_EQ(joined(subcommands), joined({"tokenize", "score", "train", "eval", "predict", "env"}));
+  EXPECT_EQ(joined(subcommands), joined({"tokenize", "score", "train", "eval", "predict", "env", "strategies"}));
   EXPECT_GT(options, 90u);  // the walk saw train's options, not an empty list
   EXPECT_TRUE(undescribed.empty()) << "options without a description:" << joined(undescribed);
   EXPECT_TRUE(ungrouped.empty()) << "options under no heading:" << joined(ungrouped);
@@ -68,6 +70,27 @@ TEST(Cli, StrategiesComeFromTheirTable) {
   EXPECT_NE(readme.find(strategy_table_markdown()), std::string::npos)
       << "README.md's strategy table is not the table's; it should read:\n"
       << strategy_table_markdown();
+}
+
+// `mpibert strategies --json`, what the job scripts and tools read: every row, its fields, and the
+// options it reads by their flags; the text form names each strategy.
+TEST(Cli, StrategiesCommandPrintsEveryRowAndTheOptionsItReads) {
+  std::ostringstream json, text;
+  EXPECT_EQ(strategies_command(true, json), 0);
+  EXPECT_EQ(strategies_command(false, text), 0);
+  const nlohmann::json rows = nlohmann::json::parse(json.str());
+  ASSERT_EQ(rows.size(), strategy_table().size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const StrategyRow& row = strategy_table()[i];
+    EXPECT_EQ(rows[i]["name"], row.name);
+    EXPECT_EQ(rows[i]["default"], i == 0);
+    EXPECT_EQ(rows[i]["reads"].size(), row.reads.size()) << row.name;
+    for (const char* key : {"known_as", "description", "parameters", "gradients", "optimizer_state", "pick_it_when"})
+      EXPECT_TRUE(rows[i][key].is_string()) << row.name << " " << key;
+    EXPECT_NE(text.str().find(row.name + (i == 0 ? " (default)" : "")), std::string::npos) << text.str();
+  }
+  EXPECT_EQ(rows[0]["reads"], nlohmann::json::array({"--embedding-exchange"}));
+  EXPECT_EQ(rows.back()["reads"], nlohmann::json::array({"--param-dtype", "--keep-gathered-for-backward", "--shard-group-size"}));
 }
 
 TEST(Cli, EvalTakesTrainsNamesForTheSameThings) {

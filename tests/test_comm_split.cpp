@@ -16,6 +16,7 @@
 
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/open_mpi_settings.hpp"
 
 namespace mpibert {
 namespace {
@@ -138,7 +139,21 @@ TEST(OpenMpiDefaults, TcpLinksReachOpenMpi) {
 }
 
 TEST(OpenMpiDefaults, YieldingWhenIdleReachesOpenMpi) {
-  EXPECT_EQ(open_mpi_setting("mpi_yield_when_idle"), kOpenMpiYieldWhenIdle);
+  const char* given = std::getenv("MPIBERT_TEST_GIVEN_YIELD_WHEN_IDLE");
+  EXPECT_EQ(open_mpi_setting("mpi_yield_when_idle"), given ? given : kOpenMpiYieldWhenIdle);
+}
+
+// Where each setting came from, as results.json and the log give it: a site's or user's parameter
+// file (ctest comm_split.site_parameter_file names one) beats mpibert's default, which never
+// overrides it.
+TEST(OpenMpiDefaults, EachSettingNamesItsSource) {
+  const char* file = std::getenv("MPIBERT_TEST_PARAMETER_FILE");
+  ASSERT_EQ(open_mpi_settings().size(), 2u);
+  for (const OpenMpiSetting& setting : open_mpi_settings()) {
+    EXPECT_EQ(setting.source, file ? file : "mpibert's default") << setting.name;
+    EXPECT_EQ(setting.value, open_mpi_setting(setting.name)) << setting.name;
+  }
+  EXPECT_NE(describe_open_mpi_settings().find("btl_tcp_links="), std::string::npos);
 }
 
 // Run by tests/test_comm_split_failure.sh on 3 ranks: groups {0, 1} and {2}; rank 1 never joins its

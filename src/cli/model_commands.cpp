@@ -20,6 +20,7 @@
 #include "mpibert/parallel/strategies.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/open_mpi_settings.hpp"
 #include "mpibert/runtime/peers.hpp"
 #include "mpibert/train/option_checks.hpp"
 #include "mpibert/train/run_log.hpp"
@@ -115,7 +116,8 @@ std::string whole_warmup_steps(std::string& given) {
 }  // namespace
 
 struct ModelCommands::Impl {
-  CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr, *env = nullptr;
+  CLI::App *train = nullptr, *eval = nullptr, *predict = nullptr, *env = nullptr, *strategies = nullptr;
+  bool strategies_json = false;
   TrainOptions options;
   std::string log_level = "info";
   int threads = 0;
@@ -202,6 +204,9 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->group("Evaluation");
   m.env = app.add_subcommand("env",
                              "print the device this process would train on, mpibert's version and the library versions (JSON)");
+  m.strategies = app.add_subcommand("strategies",
+                                    "list the data-parallel strategies: what each shards, when to pick it, the options it reads");
+  m.strategies->add_flag("--json", m.strategies_json, "as a JSON array, one object per strategy")->group("Output");
   for (CLI::App* command : {m.eval, m.predict, m.env})
     add_choice(command, "--device", m.device, {DeviceChoice::kAuto, DeviceChoice::kCpu, DeviceChoice::kCuda},
                "auto (a GPU when there is one), cpu or cuda")
@@ -393,11 +398,13 @@ void ModelCommands::Impl::add_record_options() {
 ModelCommands::~ModelCommands() = default;
 
 bool ModelCommands::parsed() const {
-  return impl_->train->parsed() || impl_->eval->parsed() || impl_->predict->parsed() || impl_->env->parsed();
+  return impl_->train->parsed() || impl_->eval->parsed() || impl_->predict->parsed() || impl_->env->parsed() ||
+         impl_->strategies->parsed();
 }
 
 int ModelCommands::run() {
   if (impl_->threads > 0) torch::set_num_threads(impl_->threads);
+  if (impl_->strategies->parsed()) return strategies_command(impl_->strategies_json, std::cout);
   if (impl_->env->parsed()) {
     std::cout << run_environment(1, "none", select_device(impl_->device, local_rank())).dump(2) << "\n";
     return 0;
@@ -409,6 +416,7 @@ int ModelCommands::run() {
   // train and eval run on every rank of an mpirun/srun job (or as one process).
   MpiSession mpi(nullptr, nullptr);
   init_logging(mpi.rank(), mpi.size(), impl_->log_level, impl_->log_all_ranks);
+  if (mpi.size() > 1) spdlog::info("Open MPI: {}", describe_open_mpi_settings());
   set_collective_timeout(impl_->collective_timeout);
   if (mpi.size() > 1) publish_peer_addresses();  // so that a timeout can name the rank and host it lost
   try {

@@ -1,6 +1,7 @@
 // The table of strategies (strategies.hpp): one row each, its factory in a file of its own.
 #include "mpibert/parallel/strategies.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace mpibert {
@@ -31,6 +32,7 @@ std::vector<StrategyRow> make_table() {
   ddp.parameters = ddp.gradients = ddp.optimizer_state = "whole";
   ddp.pick_it_when =
       "the model, its gradients and AdamW state fit on each device; gradients are all-reduced in buckets during backward";
+  ddp.reads = {"embedding_exchange"};
   ddp.make = make_ddp;
 
   StrategyRow& zero1 = rows.emplace_back();
@@ -59,7 +61,7 @@ std::vector<StrategyRow> make_table() {
   fsdp.parameters = "1/N (a unit gathered while it runs)";
   fsdp.gradients = fsdp.optimizer_state = "1/N";
   fsdp.pick_it_when = "the parameters themselves do not fit; it gathers every unit for forward and again for backward";
-  fsdp.gathers_parameters = true;
+  fsdp.reads = {"param_dtype", "keep_gathered_for_backward"};
   fsdp.make = make_fsdp;
 
   StrategyRow& hsdp = rows.emplace_back();
@@ -73,8 +75,7 @@ std::vector<StrategyRow> make_table() {
   hsdp.pick_it_when =
       "fsdp's memory is needed and the job spans nodes: the slow links between nodes carry one all-reduce of 1/G of the "
       "gradients per rank, the gathers stay inside a node";
-  hsdp.gathers_parameters = true;
-  hsdp.reads_shard_group_size = true;
+  hsdp.reads = {"param_dtype", "keep_gathered_for_backward", "shard_group_size"};
   hsdp.make = make_hsdp;
   return rows;
 }
@@ -90,6 +91,14 @@ const StrategyRow* find_strategy(const std::string& name) {
   for (const StrategyRow& row : strategy_table())
     if (row.name == name) return &row;
   return nullptr;
+}
+
+std::vector<std::string> strategy_specific_options() {
+  std::vector<std::string> options;
+  for (const StrategyRow& row : strategy_table())
+    for (const std::string& option : row.reads)
+      if (std::find(options.begin(), options.end(), option) == options.end()) options.push_back(option);
+  return options;
 }
 
 std::string strategy_names() {

@@ -15,6 +15,7 @@
 #include "mpibert/core/time.hpp"
 #include "mpibert/runtime/mpi_own_allocations.hpp"
 #include "mpibert/runtime/mpi_wait.hpp"
+#include "mpibert/runtime/open_mpi_settings.hpp"
 
 namespace mpibert {
 namespace {
@@ -63,19 +64,6 @@ std::vector<double> reduce_doubles(std::vector<double> values, MPI_Op op, const 
   MPI_Iallreduce(values.data(), result.data(), static_cast<int>(values.size()), MPI_DOUBLE, op, MPI_COMM_WORLD, &request);
   wait_for(request, what);
   return result;
-}
-
-// Open MPI settings every launch of mpibert gets, as OMPI_MCA_* variables set before MPI_Init
-// unless the launch (mpirun --mca, the environment) gave its own. btl_tcp_links: over TCP, one
-// connection per pair of ranks carries a ring's traffic in both directions at once at about half
-// the link's rate on the test hosts' shaped links; several connections stripe each message and
-// reach the link's rate. mpi_yield_when_idle: a transfer waiting on the network spins in Open MPI's
-// progress loop on the communication thread; yielding leaves the core to backward's compute, which
-// needs it wherever a rank's threads fill its cores (docs/measurements.md).
-void apply_open_mpi_defaults() {
-  static const std::pair<const char*, const char*> defaults[] = {{"OMPI_MCA_btl_tcp_links", kOpenMpiTcpLinks},
-                                                                 {"OMPI_MCA_mpi_yield_when_idle", kOpenMpiYieldWhenIdle}};
-  for (const auto& [name, value] : defaults) setenv(name, value, /*overwrite=*/0);
 }
 
 }  // namespace

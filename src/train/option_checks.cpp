@@ -67,28 +67,38 @@ std::string earlier_run_files(const std::string& output_dir) {
   return list;
 }
 
-// The strategy is a row of the table, and an option only some strategies read is given only to them.
+// "--strategy fsdp or hsdp": the strategies that read `option`.
+std::string readers_of(const std::string& option) {
+  std::string readers;
+  for (const StrategyRow& row : strategy_table())
+    if (std::find(row.reads.begin(), row.reads.end(), option) != row.reads.end())
+      readers += (readers.empty() ? "--strategy " : " or ") + row.name;
+  return readers;
+}
+
+// The strategy is a row of the table, and an option only some strategies read (their rows' lists)
+// is set, away from its default, only for them: one rule for every such option.
 void check_strategy_options(const TrainOptions& o) {
   const StrategyRow* row = find_strategy(o.parallel.strategy);
   const std::string strategy_flag = train_option_field(o, o.parallel.strategy).flag();
   if (!row) throw InputError(describe(strategy_flag, o.parallel.strategy, "not one of " + strategy_names()));
-  std::string readers;
-  for (const StrategyRow& other : strategy_table())
-    if (other.gathers_parameters) readers += (readers.empty() ? "--strategy " : " or ") + other.name;
-  const std::string not_gathering = "applies to the parameter all-gathers of " + readers + "; " + row->name +
-                                    " keeps every parameter whole";
   if (o.parallel.shard_group_size < 0)
     throw InputError(describe(train_option_field(o, o.parallel.shard_group_size).flag(),
                               std::to_string(o.parallel.shard_group_size), "must be at least 0 (0: the ranks of a node)"));
-  if (o.parallel.shard_group_size > 0 && !row->reads_shard_group_size)
-    throw InputError(describe(train_option_field(o, o.parallel.shard_group_size).flag(),
-                              std::to_string(o.parallel.shard_group_size),
-                              "shards hybrid strategies; " + row->name + " shards over every rank or none"));
-  if (o.parallel.param_dtype != CommDtype::kFp32 && !row->gathers_parameters)
-    throw InputError(describe(train_option_field(o, o.parallel.param_dtype).flag(), comm_dtype_name(o.parallel.param_dtype),
-                              not_gathering + " in fp32 (use " + readers + ", or --reduce-dtype for the gradients)"));
-  if (o.parallel.keep_gathered_for_backward && !row->gathers_parameters)
-    throw InputError(describe(train_option_field(o, o.parallel.keep_gathered_for_backward).flag(), "", not_gathering));
+  const std::vector<std::string> specific = strategy_specific_options();
+  std::map<std::string, nlohmann::ordered_json> defaults;
+  for_each_train_option(kDefaultTrainOptions,
+                        [&](const TrainOptionField& field, const auto& value) { defaults[field.name] = option_json(value); });
+  for_each_train_option(o, [&](const TrainOptionField& field, const auto& value) {
+    if (std::find(specific.begin(), specific.end(), field.name) == specific.end()) return;
+    if (std::find(row->reads.begin(), row->reads.end(), field.name) != row->reads.end()) return;
+    const nlohmann::ordered_json given = option_json(value);
+    if (given == defaults[field.name]) return;
+    const std::string shown = given.is_string() ? given.get<std::string>() : given.is_boolean() ? "" : given.dump();
+    throw InputError(describe(field.flag(), shown,
+                              "read by " + readers_of(field.name) + " only; " + row->name +
+                                  " does not read it (mpibert strategies)"));
+  });
 }
 
 // "--lr-scheduler-kwargs: GIVEN: KEY: problem".

@@ -15,6 +15,7 @@
 #include "mpibert/data/shards.hpp"
 #include "mpibert/runtime/device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/runtime/open_mpi_settings.hpp"
 
 namespace mpibert {
 namespace {
@@ -163,6 +164,18 @@ void RunLog::scalar(const std::string& tag, double value, int64_t step) {
 
 std::string mpibert_version_text() { return std::string("mpibert ") + MPIBERT_VERSION + " (git " + MPIBERT_GIT_COMMIT + ")"; }
 
+namespace {
+
+// Where each Open MPI setting mpibert cares for came from (runtime/open_mpi_settings.hpp).
+nlohmann::ordered_json open_mpi_settings_json() {
+  nlohmann::ordered_json settings = nlohmann::ordered_json::object();
+  for (const OpenMpiSetting& setting : open_mpi_settings())
+    settings[setting.name] = {{"value", setting.value}, {"source", setting.source}};
+  return settings;
+}
+
+}  // namespace
+
 nlohmann::ordered_json run_environment(int world_size, const std::string& communication, const torch::Device& device) {
   const char* slurm_job = std::getenv("SLURM_JOB_ID");
   const std::string nccl = nccl_version();
@@ -177,6 +190,7 @@ nlohmann::ordered_json run_environment(int world_size, const std::string& commun
           {"torch_threads", torch::get_num_threads()},
           {"libtorch", TORCH_VERSION},
           {"mpi", mpi_library_version()},
+          {"open_mpi_settings", open_mpi_settings_json()},
           {"hdf5", hdf5_library_version()},
           {"nccl", nccl.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(nccl)},
           {"slurm_job_id", slurm_job ? nlohmann::ordered_json(slurm_job) : nlohmann::ordered_json()},

@@ -40,6 +40,11 @@ class TextCommands {
   std::unique_ptr<Impl> impl_;
 };
 
+// `mpibert strategies [--json]`: every row of the strategy table (parallel/strategies.hpp): its
+// name, description, what a rank holds, when to pick it and the options only it (and strategies
+// like it) read; as text, or as a JSON array of those fields. Returns the exit status.
+int strategies_command(bool json, std::ostream& out);
+
 // The subcommands that need LibTorch (and `mpibert --version`):
 //   `mpibert train`: every option on the command line or in a config file (--config FILE); the
 //       resolved configuration is written into the run directory as train_config.toml;

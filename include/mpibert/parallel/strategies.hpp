@@ -25,9 +25,10 @@ struct StrategyRow {
   // What a rank holds between steps: "whole", "1/N", ... (N: the ranks it shards over).
   std::string parameters, gradients, optimizer_state;
   std::string pick_it_when;
-  // Options only some strategies read: given to another, they are refused (option_checks.hpp).
-  // gathers_parameters: --param-dtype and --keep-gathered-for-backward.
-  bool gathers_parameters = false, reads_shard_group_size = false;
+  // The options only some strategies read that this one does, by their TrainOptions names
+  // ("param_dtype"): one of them set for a strategy whose row does not list it is refused
+  // (option_checks.hpp), by one rule for all of them.
+  std::vector<std::string> reads;
   MakeDataParallel make;
 };
 
@@ -35,6 +36,8 @@ struct StrategyRow {
 const std::vector<StrategyRow>& strategy_table();
 // The row of `name`, or null.
 const StrategyRow* find_strategy(const std::string& name);
+// Every option some strategy reads (the rows' `reads`, each once, in the table's order).
+std::vector<std::string> strategy_specific_options();
 // "ddp, zero1, zero2, fsdp, hsdp".
 std::string strategy_names();
 // The README's table: | strategy | parameters | gradients | AdamW state | pick it when |.

@@ -194,6 +194,9 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"shard_group_size", "--shard-group-size", kDescribed}, o.parallel.shard_group_size);
 }
 
+// Every option at its default, to compare a run's options with.
+inline const TrainOptions kDefaultTrainOptions{};
+
 // The description of `field`, a member of `options`: how the command line and the checks name it.
 template <class Field>
 TrainOptionField train_option_field(const TrainOptions& options, const Field& field) {
