@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "mpibert/runtime/host_collectives.hpp"
 
 #ifndef MPIBERT_OPEN_MPI_SYSCONFDIR
 #define MPIBERT_OPEN_MPI_SYSCONFDIR "/etc/openmpi"

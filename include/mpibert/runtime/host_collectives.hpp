@@ -27,13 +27,6 @@ class MpiSession {
   int rank_ = 0, size_ = 1;
 };
 
-// The TCP connections Open MPI opens between two ranks (btl_tcp_links) when the launch does not
-// say: MpiSession sets it before MPI_Init.
-inline constexpr const char* kOpenMpiTcpLinks = "4";
-// Whether Open MPI's progress loop yields the core while it waits for data (mpi_yield_when_idle)
-// when the launch does not say: MpiSession sets it before MPI_Init.
-inline constexpr const char* kOpenMpiYieldWhenIdle = "1";
-
 // The rank and size of MPI_COMM_WORLD, or 0 and 1 when MPI is not initialized.
 int world_rank();
 int world_size();

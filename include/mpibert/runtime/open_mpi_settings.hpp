@@ -12,6 +12,12 @@
 
 namespace mpibert {
 
+// The TCP connections Open MPI opens between two ranks (btl_tcp_links) where nothing else says.
+inline constexpr const char* kOpenMpiTcpLinks = "4";
+// Whether Open MPI's progress loop yields the core while it waits for data (mpi_yield_when_idle)
+// where nothing else says.
+inline constexpr const char* kOpenMpiYieldWhenIdle = "1";
+
 struct OpenMpiSetting {
   std::string name;    // "btl_tcp_links"
   std::string value;   // as it takes effect
