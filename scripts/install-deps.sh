@@ -15,7 +15,8 @@
 #  - LibTorch: PyTorch's wheel from PyPI (torch==2.11.0, the version of the GPU image, built for
 #    CUDA 13.0 with cuDNN, NCCL and Kineto). The build finds it there (CMakeLists.txt); on a
 #    machine without a GPU its CUDA LibTorch runs on the CPU. MPIBERT_VENV names another
-#    environment; a cluster's own LibTorch is given to CMake instead (-DTorch_DIR or
+#    environment (relative to the repository root, or absolute), which the build (CMakeLists.txt)
+#    and the tools' launchers (tools/launch.sh) read too; a cluster's own LibTorch is given to CMake instead (-DTorch_DIR or
 #    -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
 #  - the analysis tools (tools/: tools/compare, tools/scaling-model) as the package mpibert-tools,
 #    with matplotlib and PyYAML from PyPI at the versions of tools/constraints.txt.

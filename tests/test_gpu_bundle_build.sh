@@ -17,8 +17,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "SKIPPED: hiding packages and the network needs mount and network namespaces, which need root; CI runs as root"; exit 77; }
-if ! command -v nvcc > /dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  echo "SKIPPED: no CUDA toolkit here (nvcc): the GPU machine's build goes through LibTorch's CMake config, which needs one"
+# A toolkit is an nvcc that runs: a wrapper left on PATH after its toolkit went is none.
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if ! "$nvcc" --version > /dev/null 2>&1; then
+  echo "SKIPPED: no CUDA toolkit here ($nvcc --version does not run): the GPU machine's build goes through LibTorch's CMake config, which needs one"
   exit 77
 fi
 python=${MPIBERT_PYTHON:-$root/.venv/bin/python3}

@@ -37,7 +37,8 @@ case "$libs" in cpu|all) ;; *) echo "container: --libs cpu|all" >&2; exit 2 ;; e
 
 # The tools, from Debian's archive when missing.
 missing=()
-for tool in podman:podman debootstrap:debootstrap; do
+# runc too: where crun fails (docs/clusters.md), PODMAN="podman --runtime runc" is the way.
+for tool in podman:podman debootstrap:debootstrap runc:runc; do
   command -v "${tool%%:*}" > /dev/null || missing+=("${tool#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
