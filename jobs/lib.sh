@@ -36,7 +36,8 @@ mpibert_load_site() {
   if [ -z "$TASKS_PER_NODE" ]; then
     if [ "$DEVICE" = cpu ]; then TASKS_PER_NODE=2; else TASKS_PER_NODE=$GPUS_PER_NODE; fi
   fi
-  [ -n "$THREADS" ] || THREADS=$CPUS_PER_TASK
+  # Under SLURM a rank's cores are CPUS_PER_TASK; on a workstation the recipe says (jobs/local.sh).
+  [ -n "$THREADS" ] || [ -n "${MPIBERT_LOCAL:-}" ] || THREADS=$CPUS_PER_TASK
 }
 
 mpibert_setup() {
@@ -44,7 +45,7 @@ mpibert_setup() {
   # Open MPI settings every run here needs (root, oversubscription, shared memory without CMA).
   # shellcheck source=../scripts/env.sh
   source "$MPIBERT_ROOT/scripts/env.sh"
-  export OMP_NUM_THREADS=$THREADS
+  [ -z "$THREADS" ] || export OMP_NUM_THREADS=$THREADS
   mpibert_load_modules
   if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${MPIBERT_LOCAL:-}" ]; then MPIBERT_SCHEDULER=slurm; else MPIBERT_SCHEDULER=local; fi
 }
@@ -104,6 +105,27 @@ mpibert_launcher() {  # RANKS -> LAUNCH array, MPIBERT_LAUNCHER name
   # The host's launcher starts the image's programs, one container per rank (the hybrid model).
   # shellcheck disable=SC2206
   LAUNCH+=(${CONTAINER:-})
+}
+
+# --- the jobs -------------------------------------------------------------------------------
+# The training jobs are the strategies of `mpibert strategies --json` (the table in the program
+# is the only list), plus baseline (1 rank) and multinode (the training job on MULTINODE_NODES
+# nodes, hsdp unless a strategy is given). Prints them, one a line; dies when mpibert cannot say.
+mpibert_strategies() {
+  local listed
+  # shellcheck disable=SC2086
+  listed=$(${CONTAINER:-} "$MPIBERT_BIN_DIR/mpibert" strategies --json 2>/dev/null) ||
+    mpibert__die "$MPIBERT_BIN_DIR/mpibert strategies failed: build mpibert first (bash scripts/build.sh; MPIBERT_BIN_DIR)"
+  sed -n 's/^ *"name": "\([a-z0-9_]*\)",\{0,1\}$/\1/p' <<< "$listed"
+}
+# JOB -> 0 when it is a training job (baseline, multinode or a strategy), else the message and 2.
+mpibert_check_training_job() {
+  local job=$1 strategies
+  case "$job" in baseline|multinode) return 0 ;; esac
+  strategies=$(mpibert_strategies) || exit 1
+  grep -qx -- "$job" <<< "$strategies" && return 0
+  echo "unknown job '$job': prep, baseline, multinode or a strategy ($(tr '\n' ' ' <<< "$strategies" | sed 's/ $//; s/ /, /g'): mpibert strategies)" >&2
+  return 2
 }
 
 # --- small helpers ----------------------------------------------------------------------------
@@ -358,10 +380,10 @@ mpibert_finish() {  # STATUS
 }
 
 # --- jobs --------------------------------------------------------------------------------------
-# JOB: baseline, ddp, zero1, zero2, fsdp, multinode (or local-*); STRATEGY: ddp, zero1, zero2, fsdp, or "" (from the
-# arguments' --strategy, default ddp). Remaining arguments: more mpibert train options.
+# JOB: baseline, multinode or a strategy's name; STRATEGY: the strategy it trains with, or "" (from
+# the arguments' --strategy, else STRATEGY, else DEFAULT). Remaining arguments: more mpibert train options.
 mpibert_train_job() {
-  local job=$1 strategy=$2
+  local job=$1 strategy=$2 default=${MPIBERT_DEFAULT_STRATEGY:-ddp}
   shift 2
   # shellcheck disable=SC2206
   local user_args=($TRAIN_ARGS "$@")
@@ -370,7 +392,7 @@ mpibert_train_job() {
   local asked=""
   if mpibert__has_opt --strategy "${user_args[@]}"; then asked=$(mpibert__opt_value --strategy "${user_args[@]}"); fi
   if [ -z "$strategy" ]; then
-    strategy=${asked:-${STRATEGY:-ddp}}
+    strategy=${asked:-${STRATEGY:-$default}}
   elif [ -n "$asked" ] && [ "$asked" != "$strategy" ]; then
     mpibert__die "the $job job trains with --strategy $strategy, not $asked"
   fi
@@ -399,7 +421,7 @@ mpibert_train_job() {
     args+=(--model "$MODEL_DIR")
   fi
   mpibert__has_opt --vocab "${user_args[@]}" || args+=(--vocab "$VOCAB")
-  mpibert__has_opt --threads "${user_args[@]}" || args+=(--threads "$THREADS")
+  mpibert__has_opt --threads "${user_args[@]}" || [ -z "$THREADS" ] || args+=(--threads "$THREADS")
   [ -z "$per_rank" ] || args+=(--batch-size "$per_rank")
   # DEVICE=gpu: each rank its node-local GPU (an error where there is none); cpu: the CPU.
   mpibert__has_opt --device "${user_args[@]}" || if [ "$DEVICE" = cpu ]; then args+=(--device cpu); else args+=(--device cuda); fi

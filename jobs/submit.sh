@@ -4,11 +4,14 @@
 #
 #   jobs/submit.sh JOB [options] [-- arguments for the job]
 #
-# JOB: prep | baseline | ddp | zero1 | zero2 | fsdp | multinode   (jobs/JOB.sbatch)
+# JOB: prep (jobs/prep.sbatch), or a training job (jobs/train.sbatch):
+#   STRATEGY    any row of `mpibert strategies` (ddp, zero1, zero2, fsdp, hsdp): one node, or --nodes N
+#   baseline    one rank on one GPU
+#   multinode   MULTINODE_NODES nodes (--nodes N), hsdp unless -- --strategy S says otherwise
 # options:
-#   --nodes N            multinode: nodes (default MULTINODE_NODES, 2)
+#   --nodes N            nodes (default 1; multinode MULTINODE_NODES, 2)
 #   --gpus-per-node G    GPUs per node, one rank each (default GPUS_PER_NODE); baseline: always 1
-#   --ntasks N           prep: ranks (default PREP_TASKS); ddp/zero1/zero2/fsdp/multinode: ranks per node
+#   --ntasks N           prep: ranks (default PREP_TASKS); training: ranks per node
 #                        (default: one per GPU; on DEVICE=cpu TASKS_PER_NODE, 2)
 #   --dependency DEP     sbatch --dependency (e.g. afterok:123: train once the prep job succeeded)
 #   --sbatch OPTION      any other sbatch option, repeatable (e.g. --sbatch --mem=0)
@@ -19,7 +22,8 @@
 # Examples:
 #   jobs/submit.sh prep -- data/train-v1.1.json data/dev-v1.1.json
 #   jobs/submit.sh ddp --dependency afterok:$PREP_ID
-#   TIME_LIMIT=12:00:00 jobs/submit.sh multinode --nodes 4 -- --strategy zero1
+#   TIME_LIMIT=12:00:00 jobs/submit.sh multinode --nodes 4
+#   jobs/submit.sh zero1 --nodes 2
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
@@ -27,9 +31,7 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2;
 job=$1
 shift
 case "$job" in
-  prep|baseline|ddp|zero1|zero2|fsdp|multinode) ;;
   -h|--help) usage ;;
-  *) echo "submit.sh: unknown job '$job' (prep, baseline, ddp, zero1, zero2, fsdp, multinode)" >&2; exit 2 ;;
 esac
 
 dry_run="" dependency="" extra_sbatch=() opt_nodes="" opt_gpus="" opt_ntasks=""
@@ -66,14 +68,23 @@ fi
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 mpibert_load_site
+if [ "$job" != prep ]; then
+  mpibert_check_training_job "$job" 2>&1 | sed 's/^/submit.sh: /' >&2
+  [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
+fi
 
-nodes=1 gpus=0 tasks=$TASKS_PER_NODE cpus=$CPUS_PER_TASK partition=$PARTITION time=$TIME_LIMIT
+nodes=${opt_nodes:-1} gpus=0 tasks=$TASKS_PER_NODE cpus=$CPUS_PER_TASK partition=$PARTITION time=$TIME_LIMIT
+script=train.sbatch
 case "$job" in
-  prep) tasks=$PREP_TASKS cpus=$PREP_CPUS_PER_TASK partition=$PREP_PARTITION time=$PREP_TIME_LIMIT ;;
+  prep) script=prep.sbatch tasks=$PREP_TASKS cpus=$PREP_CPUS_PER_TASK partition=$PREP_PARTITION time=$PREP_TIME_LIMIT ;;
   baseline) tasks=1; [ "$DEVICE" = cpu ] || gpus=1 ;;
-  ddp|zero1|zero2|fsdp) [ "$DEVICE" = cpu ] || gpus=$GPUS_PER_NODE ;;
   multinode) nodes=$MULTINODE_NODES; [ "$DEVICE" = cpu ] || gpus=$GPUS_PER_NODE ;;
+  *) [ "$DEVICE" = cpu ] || gpus=$GPUS_PER_NODE ;;
 esac
+if [ "$nodes" -gt 1 ] && { [ "$job" = prep ] || [ "$job" = baseline ]; }; then
+  echo "submit.sh: the $job job runs on one node" >&2
+  exit 2
+fi
 case "$DEVICE" in cpu|gpu) ;; *) echo "submit.sh: DEVICE=$DEVICE: expected gpu or cpu" >&2; exit 2 ;; esac
 if [ "$gpus" -gt 0 ] && [ "$tasks" -gt "$gpus" ]; then
   echo "submit.sh: $tasks ranks per node for $gpus GPUs per node: mpibert runs one rank per GPU" >&2
@@ -81,6 +92,7 @@ if [ "$gpus" -gt 0 ] && [ "$tasks" -gt "$gpus" ]; then
 fi
 
 case "$RESULTS_DIR" in /*) results_dir=$RESULTS_DIR ;; *) results_dir=$PWD/$RESULTS_DIR ;; esac
+export MPIBERT_JOB=$job  # which training job train.sbatch runs
 sbatch_args=(--parsable --job-name="mpibert-$job" --export=ALL
              --nodes="$nodes" --ntasks-per-node="$tasks" --ntasks="$(( nodes * tasks ))"
              --cpus-per-task="$cpus" --time="$time"
@@ -104,9 +116,9 @@ fi
 # shellcheck disable=SC2206
 sbatch_args+=($SBATCH_EXTRA "${extra_sbatch[@]}")
 
-command=(sbatch "${sbatch_args[@]}" "$MPIBERT_ROOT/jobs/$job.sbatch" "$@")
+command=(sbatch "${sbatch_args[@]}" "$MPIBERT_ROOT/jobs/$script" "$@")
 if [ -n "$dry_run" ]; then
-  echo "# site: $MPIBERT_SITE (DEVICE=$DEVICE); environment passed on: MPIBERT_ROOT=$MPIBERT_ROOT MPIBERT_SITE=$MPIBERT_SITE"
+  echo "# site: $MPIBERT_SITE (DEVICE=$DEVICE); environment passed on: MPIBERT_ROOT=$MPIBERT_ROOT MPIBERT_SITE=$MPIBERT_SITE MPIBERT_JOB=$job"
   mpibert__quote "${command[@]}"
   exit 0
 fi

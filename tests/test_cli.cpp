@@ -93,6 +93,15 @@ TEST(Cli, StrategiesCommandPrintsEveryRowAndTheOptionsItReads) {
   EXPECT_EQ(rows.back()["reads"], nlohmann::json::array({"--param-dtype", "--keep-gathered-for-backward", "--shard-group-size"}));
 }
 
+// A kept unit saves a gather per micro-batch (each micro-batch gathers for its forward and its
+// backward), which is what the help must say.
+TEST(Cli, KeepGatheredForBackwardSaysPerMicroBatch) {
+  CLI::App app{"mpibert"};
+  ModelCommands model_commands(app);
+  const std::string help = app.get_subcommand("train")->get_option("--keep-gathered-for-backward")->get_description();
+  EXPECT_NE(help.find("per unit and micro-batch"), std::string::npos) << help;
+}
+
 TEST(Cli, EvalTakesTrainsNamesForTheSameThings) {
   CLI::App app{"mpibert"};
   ModelCommands model_commands(app);

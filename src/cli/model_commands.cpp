@@ -337,7 +337,7 @@ void ModelCommands::Impl::add_parallelism_options() {
              "the bytes; FSDP2's param_dtype); evaluation and saving gather fp32");
   add(o.parallel.keep_gathered_for_backward,
       "fsdp and hsdp: a unit gathered for its forward stays whole until its backward is done (FSDP2's "
-      "reshard_after_forward=False): one all-gather per unit and step instead of two, for the memory of the whole "
+      "reshard_after_forward=False): one all-gather per unit and micro-batch instead of two, for the memory of the whole "
       "parameters during backward");
   add(o.parallel.shard_group_size, "hsdp: the ranks a slice is sharded over, consecutive ranks (0: the ranks of a node)")
       ->capture_default_str();

@@ -6,8 +6,8 @@
 # slurmd under a temporary directory (tests/slurm/cluster.sh), and submits through jobs/submit.sh,
 # with a CPU site file (DEVICE=cpu, no GPUs; MPIBERT_SITE), on the bundled SQuAD sample split by
 # article as scripts/main_job.sh does (16 articles train, the last 4 eval):
-#   prep (2 tasks), then baseline (1), ddp (2), zero1 (2), zero2 (2) and fsdp (2) with --max-steps 8, batch 8, threads 1,
-# waits for them and checks each run directory (results.json: environment.slurm_job_id,
+#   prep (2 tasks), then baseline (1), ddp, zero1, zero2, fsdp and hsdp (2 each) with --max-steps 8, batch 8, threads 1,
+# and a job that is no strategy (refused, naming them); waits for them and checks each run directory (results.json: environment.slurm_job_id,
 # world_size, parallel.strategy; job.log; job.json with exit status 0). Then preemption: a ddp job
 # of 40 steps (--save-steps 0) gets SIGUSR1 on its steps (scancel --signal=USR1, what SLURM's
 # --signal=USR1@120 does) after a few steps; it must checkpoint, exit 75, requeue itself, resume
@@ -39,7 +39,7 @@ squad=$root/data_prep/data/squad/dev-v1.1.json.gz
 
 write_cpu_site
 
-# --- prep, baseline, ddp, zero1, zero2, fsdp -------------------------------------------------------------
+# --- prep, baseline and a job of every strategy mpibert lists --------------------------------------
 train_args=(--max-steps 8 --batch-size 8 --logging-steps 2 --collective-timeout 120)
 prep=$(submit prep --ntasks 2 -- "$work/data/train.json" "$work/data/eval.json" --log-level warn) || exit 1
 baseline=$(submit baseline --dependency "afterok:$prep" -- "${train_args[@]}") || exit 1
@@ -47,7 +47,12 @@ ddp=$(submit ddp --dependency "afterok:$prep" -- "${train_args[@]}") || exit 1
 zero1=$(submit zero1 --dependency "afterok:$prep" -- "${train_args[@]}") || exit 1
 zero2=$(submit zero2 --dependency "afterok:$prep" -- "${train_args[@]}") || exit 1
 fsdp=$(submit fsdp --dependency "afterok:$prep" -- "${train_args[@]}") || exit 1
-say "submitted prep $prep, baseline $baseline, ddp $ddp, zero1 $zero1, zero2 $zero2, fsdp $fsdp"
+hsdp=$(submit hsdp --dependency "afterok:$prep" -- "${train_args[@]}") || exit 1
+say "submitted prep $prep, baseline $baseline, ddp $ddp, zero1 $zero1, zero2 $zero2, fsdp $fsdp, hsdp $hsdp"
+# A job that is no strategy is refused by name, listing mpibert's.
+if unknown=$($SLURM_CLIENT "$root/jobs/submit.sh" zero9 2>&1); then fail "submit.sh zero9 was accepted: $unknown"; fi
+grep -q "unknown job 'zero9': prep, baseline, multinode or a strategy (ddp, zero1, zero2, fsdp, hsdp" <<< "$unknown" ||
+  fail "submit.sh zero9: $unknown"
 
 state=$(wait_done "$prep") || exit 1
 [ "$state" = COMPLETED ] || fail "prep job $prep ended $state (exit code $(job_field "$prep" ExitCode))"
@@ -60,7 +65,8 @@ done
 grep -q '"exit_status": 0' "$prep_dir/job.json" || fail "prep: job.json lacks exit status 0"
 say "prep $prep: COMPLETED; shards in $work/shards"
 
-for spec in "$baseline baseline ddp 1" "$ddp ddp ddp 2" "$zero1 zero1 zero1 2" "$zero2 zero2 zero2 2" "$fsdp fsdp fsdp 2"; do
+for spec in "$baseline baseline ddp 1" "$ddp ddp ddp 2" "$zero1 zero1 zero1 2" "$zero2 zero2 zero2 2" "$fsdp fsdp fsdp 2" \
+            "$hsdp hsdp hsdp 2"; do
   read -r id job strategy ranks <<< "$spec"
   state=$(wait_done "$id") || exit 1
   [ "$state" = COMPLETED ] || fail "$job job $id ended $state (exit code $(job_field "$id" ExitCode))"
@@ -69,5 +75,5 @@ for spec in "$baseline baseline ddp 1" "$ddp ddp ddp 2" "$zero1 zero1 zero1 2" "
 done
 
 # --- preemption: SIGUSR1, checkpoint, exit 75, requeue, resume --------------------------------
-check_preemption ddp 2
+check_preemption ddp ddp 2
 say "all SLURM job checks passed"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# ctest slurm.multinode: jobs/multinode.sbatch on a real SLURM of two nodes that share no memory.
+# ctest slurm.multinode: the multinode job (jobs/train.sbatch, hsdp by default) on a real SLURM of two nodes that share no memory.
 #
 # tests/cluster/hosts.sh makes two test hosts (network namespaces h1 and h2 on a private /24);
 # tests/slurm/cluster.sh runs slurmctld on h1 and one slurmd in each host (NodeName=h1/h2,
 # NodeAddr their addresses). Through jobs/submit.sh multinode --nodes 2, with a CPU site of one
 # task per node, srun --mpi=pmix starts rank 0 on h1 and rank 1 on h2, which talk over TCP:
-#   1. 8 steps of ddp: the run directory is complete (results.json: 2 ranks, the job id; job.json:
+#   1. 8 steps of hsdp (the multinode default; one rank a node: shard groups of 1): the run directory is complete (results.json: 2 ranks, the job id; job.json:
 #      2 nodes, launcher srun, exit 0) and mpibert's log places the ranks on h1 and h2;
 #   2. preemption across the nodes: SIGUSR1 after 3 steps of a 40-step job; it checkpoints, exits 75,
 #      requeues itself, resumes on both nodes and finishes at step 40 as the same job;
@@ -52,15 +52,15 @@ say "submitted multinode job $id (2 nodes x 1 task)"
 state=$(wait_done "$id") || exit 1
 [ "$state" = COMPLETED ] || fail "multinode job $id ended $state (exit code $(job_field "$id" ExitCode))"
 say "multinode $id: COMPLETED in $(job_field "$id" RunTime) on $(job_field "$id" NodeList)"
-check_run "$id" multinode ddp 2 || exit 1
-dir=$results/multinode-ddp-2r-$id
+check_run "$id" multinode hsdp 2 || exit 1  # hsdp unless the job says otherwise
+dir=$results/multinode-hsdp-2r-$id
 grep -q '"num_nodes": 2' "$dir/job.json" || fail "job.json does not record 2 nodes: $(grep nodes "$dir/job.json")"
 grep -q "ranks run on h1 (rank 0), h2 (rank 1)" "$dir/job.log" ||
   fail "mpibert's log does not place rank 0 on h1 and rank 1 on h2: $(grep -m1 'ranks run on' "$dir/job.log")"
 say "ranks: $(grep -m1 -o 'ranks run on.*' "$dir/job.log")"
 
 # --- 2. preempted, requeued and resumed across the two nodes -------------------------------------
-check_preemption multinode 2 --nodes 2
+check_preemption multinode hsdp 2 --nodes 2
 
 # --- 3. requeued by SLURM onto another number of nodes, resumed from the resharded checkpoint ----
 export GLOBAL_BATCH=16

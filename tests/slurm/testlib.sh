@@ -212,14 +212,15 @@ wait_steps() {  # ID RUN_DIR N: until job ID has logged N steps in RUN_DIR/metri
   done
 }
 
-# A ddp-strategy training job of 40 steps (--save-steps 0) gets SIGUSR1 on its steps (scancel
-# --signal=USR1, what SLURM's --signal=USR1@120 does) after 3 steps: it must checkpoint, exit 75,
-# requeue itself, resume (resumed_from_step > 0) and finish at step 40 as the same job.
-check_preemption() {  # JOB RANKS [jobs/submit.sh options]
-  local job=$1 ranks=$2 long dir state
-  shift 2
+# A training job of 40 steps (--save-steps 0; STRATEGY is the one it trains with: ddp, or hsdp for
+# multinode) gets SIGUSR1 on its steps (scancel --signal=USR1, what SLURM's --signal=USR1@120 does)
+# after 3 steps: it must checkpoint, exit 75, requeue itself, resume (resumed_from_step > 0) and
+# finish at step 40 as the same job.
+check_preemption() {  # JOB STRATEGY RANKS [jobs/submit.sh options]
+  local job=$1 strategy=$2 ranks=$3 long dir state
+  shift 3
   long=$(submit "$job" "$@" -- --max-steps 40 --save-steps 0 --batch-size 8 --logging-steps 1 --collective-timeout 120) || exit 1
-  dir=$results/$job-ddp-${ranks}r-$long
+  dir=$results/$job-$strategy-${ranks}r-$long
   say "preemption: $job job $long (40 steps); waiting for 3 steps in $dir/metrics.jsonl"
   wait_steps "$long" "$dir" 3 || exit 1
   say "preemption: 3 steps done; scancel --signal=USR1 $long"

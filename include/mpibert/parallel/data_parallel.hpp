@@ -65,7 +65,7 @@ struct DataParallelOptions {
   CommDtype reduce_dtype = CommDtype::kFp32;  // every strategy's gradient reductions, the sparse exchange's too
   CommDtype param_dtype = CommDtype::kFp32;   // fsdp's parameter all-gathers in forward and backward
   // fsdp, hsdp: a unit gathered for its forward stays whole until its backward is done (FSDP2's
-  // reshard_after_forward=False): one all-gather per unit and step instead of two, for holding
+  // reshard_after_forward=False): one all-gather per unit and micro-batch instead of two, for holding
   // every unit's whole parameters from the end of forward until backward reaches it.
   bool keep_gathered_for_backward = false;
   int shard_group_size = 0;  // hsdp: the ranks a slice is sharded over (0: the ranks of a node)
