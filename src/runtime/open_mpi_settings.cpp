@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <fstream>
 
-
 #ifndef MPIBERT_OPEN_MPI_SYSCONFDIR
 #define MPIBERT_OPEN_MPI_SYSCONFDIR "/etc/openmpi"
 #endif
