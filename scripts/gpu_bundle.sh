@@ -22,7 +22,11 @@
 #     (default)      both (binaries after bash scripts/build.sh)
 #     --no-binaries  debs/ only: for a build there; nothing needs to be built here
 #     --no-debs      bin/ and lib/ only (the bundle of before the source build)
-# DIR inside the checkout travels with it when .git/info/exclude or .gitignore names it.
+# To the lent GPU machine (the device tool): it copies the checkout's tracked files and the
+# untracked ones git does not ignore; an ignored folder (gpu-bundle/ is, in .gitignore) goes only
+# when the call names it in `carry`. The call (docs/gpus.md, "The one call"):
+#   run(command="bash scripts/gpu_check.sh --bundle gpu-bundle --deadline 420 --out $OUT/gpu-check",
+#       carry=["gpu-bundle"], timeout_s=480)
 # There: scripts/gpu_check.sh --bundle DIR [--build | --build-only] (that script's header).
 set -euo pipefail
 cd "$(dirname "$0")/.."

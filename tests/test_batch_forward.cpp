@@ -84,7 +84,8 @@ TEST(StepCapture, EachRunThatCannotBeCapturedIsRefusedWithWhatItWouldTake) {
 }
 
 // Where nothing can be captured every step runs eagerly through the same body, the learning rate a
-// 0-dim float64 tensor on the device, and the body is never told of a replay.
+// 0-dim float32 tensor on the device (what the fused CUDA AdamW kernel reads), and the body is
+// never told of a replay.
 TEST(StepCapture, OffTheGpuEveryStepRunsTheBodyEagerly) {
   StepGraphs graphs(torch::kCPU);
   Batch batch;
@@ -93,16 +94,84 @@ TEST(StepCapture, OffTheGpuEveryStepRunsTheBodyEagerly) {
   int replays = 0;
   const StepBody body{[&](const Batch&, const torch::Tensor& lr) {
                         EXPECT_EQ(lr.dim(), 0);
-                        EXPECT_EQ(lr.scalar_type(), torch::kDouble);
+                        EXPECT_EQ(lr.scalar_type(), torch::kFloat);
                         rates.push_back(lr.item<double>());
                         return StepResult{torch::tensor(1.0), torch::tensor(2.0)};
                       },
                       [&] { ++replays; }};
   for (double lr : {1e-3, 2e-3, 3e-3, 4e-3}) graphs.run(batch, lr, body);
-  EXPECT_EQ(rates, (std::vector<double>{1e-3, 2e-3, 3e-3, 4e-3}));
+  ASSERT_EQ(rates.size(), 4u);
+  for (size_t i = 0; i < rates.size(); ++i) EXPECT_EQ(rates[i], static_cast<double>(static_cast<float>(1e-3 * (i + 1))));
   EXPECT_EQ(replays, 0);
   EXPECT_EQ(graphs.stats().eager_steps, 4);
   EXPECT_EQ(graphs.stats().captures + graphs.stats().replays, 0);
+}
+
+// A stand-in for CUDA graphs: a capture runs the body once (recording it), a replay counts. The
+// body throws inside a capture where the test says, as a CUDA call that a capture forbids would.
+struct FakeRecorder : StepRecorder {
+  explicit FakeRecorder(bool& capturing, int& ended) : capturing(capturing), ended(ended) {}
+  void capture(const std::function<void()>& record) override {
+    capturing = true;
+    try {
+      record();
+    } catch (...) {
+      capturing = false;
+      ++ended;
+      throw;
+    }
+    capturing = false;
+  }
+  void replay() override {}
+  bool& capturing;
+  int& ended;
+};
+
+// A capture that throws is ended, the host state the body changed is put back, and that bucket
+// runs eagerly from then on (this batch included), while other buckets capture and replay.
+TEST(StepCapture, ACaptureThatThrowsEndsAndItsBucketRunsEagerly) {
+  bool capturing = false;
+  int ended = 0, host_steps = 0, put_back = 0;
+  StepGraphs graphs(torch::kCPU, /*warm_up_steps=*/1, [&] { return std::make_unique<FakeRecorder>(capturing, ended); });
+  StepBody body;
+  body.run = [&](const Batch& batch, const torch::Tensor&) {
+    ++host_steps;  // what AdamW's host count does
+    if (capturing && batch.bucket == 1024) throw std::runtime_error("operation not permitted when stream is capturing");
+    return StepResult{torch::tensor(1.0), torch::tensor(2.0)};
+  };
+  body.replayed = [&] { ++host_steps; };
+  body.save_host_state = [&] {
+    const int saved = host_steps;
+    return std::function<void()>([&, saved] {
+      host_steps = saved;
+      ++put_back;
+    });
+  };
+  auto batch_of = [](int64_t bucket) {
+    Batch batch;
+    batch.bucket = bucket;
+    batch.cumulative_lengths = torch::zeros({2}, torch::kInt32);
+    for (torch::Tensor* t :
+         {&batch.input_ids, &batch.token_type_ids, &batch.position_ids, &batch.start_positions, &batch.end_positions})
+      *t = torch::zeros({1}, torch::kLong);
+    return batch;
+  };
+  std::vector<StepKind> kinds;
+  for (int64_t bucket : {512, 1024, 512, 1024, 512, 1024}) {
+    const StepResult result = graphs.run(batch_of(bucket), 1e-3, body);
+    EXPECT_EQ(result.loss.item<double>(), 1.0);
+    kinds.push_back(graphs.last_kind());
+  }
+  EXPECT_EQ(kinds, (std::vector<StepKind>{StepKind::kEager, StepKind::kEager, StepKind::kCaptured, StepKind::kEager,
+                                          StepKind::kReplayed, StepKind::kEager}));
+  EXPECT_EQ(ended, 1);       // the failed capture was ended
+  EXPECT_EQ(put_back, 1);    // and the host's state put back before the eager step
+  EXPECT_EQ(host_steps, 6);  // one step counted per run: nothing of the failed capture
+  EXPECT_EQ(graphs.stats().failed_captures, 1);
+  EXPECT_EQ(graphs.stats().captures, 1);
+  EXPECT_EQ(graphs.stats().replays, 2);  // the capture's own run and the later replay
+  EXPECT_EQ(graphs.stats().eager_steps, 4);
+  EXPECT_FALSE(capturing);
 }
 
 }  // namespace

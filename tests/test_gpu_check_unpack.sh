@@ -93,10 +93,35 @@ grep -v '^deb ' "$work/old/BUNDLE" > "$work/old/BUNDLE.new"
 echo "debs liba_1.0_all.deb libb_1.0_all.deb" >> "$work/old/BUNDLE.new"
 mv "$work/old/BUNDLE.new" "$work/old/BUNDLE"
 refused old "names no package with its SHA-256"
-# Writable by every user: the manifest, the packages' folder, the bundle.
+# Writable by others than its owner, anywhere in it: by every user (the manifest, the packages'
+# folder, the bundle), by its group (a package deep inside); owned by another user (as root).
 for what in BUNDLE debs bundle; do
   bundle "$work/writable-$what"
   chmod o+w "$work/writable-$what/$([ $what = bundle ] || echo $what)"
-  refused "writable-$what" "writable by every user"
+  refused "writable-$what" "writable by others than its owner"
+done
+bundle "$work/group-writable"
+chmod g+w "$work/group-writable/debs/liba_1.0_all.deb"
+refused group-writable "group-writable/debs/liba_1.0_all.deb is writable by others than its owner"
+if [ "$(id -u)" -eq 0 ]; then
+  bundle "$work/foreign"
+  chown nobody "$work/foreign/debs/libb_1.0_all.deb"
+  refused foreign "foreign/debs/libb_1.0_all.deb is writable by others than its owner, or not this user's"
+fi
+# A bundle of binaries: its programs and libraries are checked before anything of it runs, at any depth.
+for what in bin/mpibert lib/libspdlog.so.1.10; do
+  mkdir -p "$work/binaries/bin" "$work/binaries/lib"
+  printf 'mpibert GPU bundle (scripts/gpu_bundle.sh)\n' > "$work/binaries/BUNDLE"
+  printf '#!/bin/sh\n' > "$work/binaries/bin/mpibert"
+  : > "$work/binaries/lib/libspdlog.so.1.10"
+  chmod -R go-w "$work/binaries"
+  chmod 755 "$work/binaries/bin/mpibert"
+  chmod o+w "$work/binaries/$what"
+  if (cd "$root" && bash scripts/gpu_check.sh --bundle "$work/binaries" > "$work/binaries.log" 2>&1); then
+    fail "a bundle whose $what every user can write was run"
+  fi
+  grep -q "binaries/$what is writable by others than its owner" "$work/binaries.log" || { cat "$work/binaries.log"; fail "$what: not refused by name"; }
+  echo "refused, as it must: a bundle whose $what every user can write"
+  rm -rf "$work/binaries"
 done
 echo "gpu_check.unpack: passed in $(( $(date +%s) - start )) s"

@@ -150,7 +150,7 @@ TEST(FusedAdamW, TheDeviceSideStepFollowsTheHostSideOneBitForBit) {
   options.fused = true;
   auto host_parameters = make(), device_parameters = make();
   AdamW host(host_parameters, options), device(device_parameters, options);
-  const torch::Tensor lr = torch::zeros({}, torch::kDouble);
+  const torch::Tensor lr = torch::zeros({}, torch::kFloat);  // float32: what the fused CUDA kernel reads
   for (int step = 1; step <= 6; ++step) {
     if (step == 4) {  // a resume: the count restored on both
       host.set_steps_taken(7);
@@ -162,8 +162,9 @@ TEST(FusedAdamW, TheDeviceSideStepFollowsTheHostSideOneBitForBit) {
       item.value().mutable_grad() = grad.clone();
       device_parameters[item.key()].mutable_grad() = grad.clone();
     }
-    host.step(1e-3 * step);
-    lr.fill_(1e-3 * step);  // the static input a replay reads, written before it
+    const double rate = static_cast<float>(1e-3 * step);  // the float32 tensor's value, on both sides
+    host.step(rate);
+    lr.fill_(rate);  // the static input a replay reads, written before it
     device.step(lr);
   }
   EXPECT_EQ(device.steps_taken(), host.steps_taken());
@@ -172,6 +173,10 @@ TEST(FusedAdamW, TheDeviceSideStepFollowsTheHostSideOneBitForBit) {
     EXPECT_TRUE(torch::equal(device.slots()[k].exp_avg, host.slots()[k].exp_avg));
     EXPECT_TRUE(torch::equal(device.slots()[k].exp_avg_sq, host.slots()[k].exp_avg_sq));
   }
+  // A float64 learning rate, which the CPU kernel would read and the CUDA kernel refuses
+  // ("expected scalar type Float but found Double"): refused here on every device.
+  EXPECT_THROW(device.step(torch::full({}, 1e-3, torch::kDouble)), std::invalid_argument);
+  EXPECT_THROW(device.step(torch::full({1}, 1e-3, torch::kFloat)), std::invalid_argument);
   options.fused = false;
   AdamW unfused(make(), options);
   EXPECT_THROW(unfused.step(lr), std::logic_error);

@@ -34,16 +34,22 @@ const bool mpi_environment_ready = [] {
 
 }  // namespace
 
-std::string fixtures_dir() {
-  const char* from_env = std::getenv("MPIBERT_FIXTURES");
-  return from_env && *from_env ? from_env : MPIBERT_DEFAULT_FIXTURES;
+namespace {
+// A folder the environment names, else the build's path: a suite run from a copy of the checkout
+// elsewhere (scripts/gpu_check.sh on the GPU machine) is given its own.
+std::string from_environment(const char* name, const char* built_in) {
+  const char* from_env = std::getenv(name);
+  return from_env && *from_env ? from_env : built_in;
 }
-std::string data_dir() { return MPIBERT_DATA_DIR; }
+}  // namespace
+
+std::string fixtures_dir() { return from_environment("MPIBERT_FIXTURES", MPIBERT_DEFAULT_FIXTURES); }
+std::string data_dir() { return from_environment("MPIBERT_DATA_DIR", MPIBERT_DATA_DIR); }
 std::string peer_runs_dir() { return MPIBERT_PEER_RUNS_DIR; }
 std::string vocab_path() { return data_dir() + "/bert-base-uncased/vocab.txt"; }
 std::string squad_v1_path() { return data_dir() + "/squad/dev-v1.1.json.gz"; }
 std::string squad_v2_path() { return data_dir() + "/squad/dev-v2.0.json.gz"; }
-std::string bin_dir() { return MPIBERT_BIN_DIR; }
+std::string bin_dir() { return from_environment("MPIBERT_BIN_DIR", MPIBERT_BIN_DIR); }
 std::string mpiexec() { return MPIBERT_MPIEXEC; }
 
 TempDir::TempDir() {

@@ -64,6 +64,12 @@ void AdamW::fused_step(double lr) {
 
 void AdamW::step(const torch::Tensor& lr) {
   if (!options_.fused) throw std::logic_error("AdamW::step(tensor): the device-side step is the fused kernel's");
+  // The CUDA kernel reads a tensor learning rate as float (torch.optim.AdamW(fused=True) is given a
+  // float32 one); the CPU kernel would take any dtype, so the check is here, where both see it.
+  if (lr.scalar_type() != torch::kFloat || lr.dim() != 0)
+    throw std::invalid_argument(std::string("AdamW::step(tensor): the learning rate must be a 0-dim float32 tensor, as "
+                                            "the fused CUDA kernel reads it (got ") +
+                                c10::toString(lr.scalar_type()) + ", " + std::to_string(lr.dim()) + " dims)");
   torch::NoGradGuard no_grad;
   if (slots_.empty()) return;
   if (!device_steps_.defined())

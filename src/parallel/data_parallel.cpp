@@ -21,6 +21,8 @@ std::vector<torch::Tensor> DataParallel::held_gradients() const { return optimiz
 bool DataParallel::unscale_gradients(double inverse_scale) { return optimizer().unscale(inverse_scale, job()); }
 
 void DataParallel::count_replayed_step() { optimizer().count_replayed_step(); }
+int64_t DataParallel::optimizer_steps_taken() const { return optimizer().steps_taken(); }
+void DataParallel::restore_optimizer_steps_taken(int64_t steps) { optimizer().restore_steps_after_failed_capture(steps); }
 
 int64_t DataParallel::optimizer_state_bytes() const { return optimizer().state_bytes(); }
 

@@ -40,6 +40,8 @@ class RankOptimizer {
   torch::Tensor clip_and_step(double max_norm, const LearningRate& lr);
   // A step the GPU replayed (CUDA graphs): the host's count of AdamW's steps follows the device's.
   void count_replayed_step() { adamw_.count_replayed_step(); }
+  int64_t steps_taken() const { return adamw_.steps_taken(); }
+  void restore_steps_after_failed_capture(int64_t steps) { adamw_.restore_steps_after_failed_capture(steps); }
   void zero_grad() { adamw_.zero_grad(); }
   // The gradients it updates from (none on a rank whose slices are all padding).
   std::vector<torch::Tensor> gradients() const;

@@ -56,7 +56,11 @@ nlohmann::ordered_json Trainer::results(bool stopped_early, double train_runtime
   results["phase_seconds"] = PhaseTimes::to_json(phase_seconds);
   if (step_graphs_) {
     const StepGraphStats& graphs = step_graphs_->stats();
-    results["step_graphs"] = {{"eager_steps", graphs.eager_steps}, {"captures", graphs.captures}, {"replays", graphs.replays}};
+    results["step_graphs"] = {{"eager_steps", graphs.eager_steps},
+                              {"captures", graphs.captures},
+                              {"replays", graphs.replays},
+                              {"failed_captures", graphs.failed_captures},
+                              {"steady_steps", steady_.steps}};
   }
   results["parallel"] = parallel_summary();
   // Which model trained (its whole config is parameters.model): what tools/compare labels runs by.

@@ -25,11 +25,63 @@ std::vector<torch::Tensor> step_inputs(const Batch& batch) {
           batch.start_positions, batch.end_positions,  batch.cumulative_lengths};
 }
 
+// float32, as the fused CUDA AdamW kernel reads it (AdamW::step(tensor)).
 torch::Tensor lr_tensor(double lr, const torch::Device& device) {
-  return torch::full({}, lr, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  return torch::full({}, lr, torch::TensorOptions().dtype(torch::kFloat).device(device));
 }
 
+#if defined(MPIBERT_WITH_CUDA)
+// On a side stream, after what the current stream queued; the current stream waits for it.
+class CudaGraphRecorder final : public StepRecorder {
+ public:
+  explicit CudaGraphRecorder(c10::DeviceIndex device) : device_(device) {}
+
+  void capture(const std::function<void()>& record) override {
+    static const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_);
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_);
+    at::cuda::CUDAEvent queued;
+    queued.record(current);
+    queued.block(side);
+    {
+      const c10::cuda::CUDAStreamGuard on_side(side);
+      // Thread-local: the batch loader's thread may allocate pinned memory meanwhile.
+      graph_.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      try {
+        record();
+      } catch (...) {
+        // Ended whatever state the capture is in, so that the side stream captures no more and
+        // later syncs are allowed; the graph is never replayed.
+        try {
+          graph_.capture_end();
+        } catch (const std::exception& ended) {
+          spdlog::debug("ending the failed capture: {}", ended.what());
+        }
+        throw;
+      }
+      graph_.capture_end();
+    }
+    at::cuda::CUDAEvent captured;
+    captured.record(side);
+    captured.block(current);
+  }
+
+  void replay() override { graph_.replay(); }
+
+ private:
+  c10::DeviceIndex device_;
+  at::cuda::CUDAGraph graph_;
+};
+#endif
+
 }  // namespace
+
+MakeStepRecorder cuda_step_recorder(const torch::Device& device) {
+#if defined(MPIBERT_WITH_CUDA)
+  if (device.is_cuda()) return [index = device.index()] { return std::make_unique<CudaGraphRecorder>(index); };
+#endif
+  return nullptr;
+}
 
 // What the options alone decide comes first, so that a CPU names it too; the GPU last.
 std::string steps_cannot_be_captured(const StepCaptureConditions& run) {
@@ -50,68 +102,70 @@ struct StepGraphs::Graph {
   Batch inputs;  // static: each replay's batch is copied in
   torch::Tensor lr;
   StepResult outputs;  // the graph's own buffers, overwritten by each replay
-#if defined(MPIBERT_WITH_CUDA)
-  at::cuda::CUDAGraph graph;
-#endif
+  std::unique_ptr<StepRecorder> recorder;
 };
 
-StepGraphs::StepGraphs(const torch::Device& device, int warm_up_steps) : device_(device), warm_up_steps_(warm_up_steps) {}
+StepGraphs::StepGraphs(const torch::Device& device, int warm_up_steps, MakeStepRecorder make_recorder)
+    : device_(device),
+      warm_up_steps_(warm_up_steps),
+      make_recorder_(make_recorder ? std::move(make_recorder) : cuda_step_recorder(device)) {}
 
 StepGraphs::~StepGraphs() = default;
 
 StepResult StepGraphs::eager(const Batch& batch, double lr, const StepBody& body) {
   ++stats_.eager_steps;
+  last_kind_ = StepKind::kEager;
   return body.run(batch, lr_tensor(lr, device_));
 }
 
+// The bucket's step recorded from static copies of this batch. A capture that throws leaves the
+// bucket to run eagerly from then on: its recorded work never ran, so the host's state goes back
+// to what it was and this batch's step runs eagerly now.
+StepResult StepGraphs::capture(Graph& graph, const Batch& batch, double lr, const StepBody& body) {
+  graph.inputs = batch;
+  for (torch::Tensor* tensor : step_inputs(graph.inputs)) *tensor = tensor->clone();
+  graph.lr = lr_tensor(lr, device_);
+  graph.recorder = make_recorder_();
+  const std::function<void()> put_back = body.save_host_state ? body.save_host_state() : std::function<void()>();
+  try {
+    graph.recorder->capture([&] { graph.outputs = body.run(graph.inputs, graph.lr); });
+  } catch (const std::exception& error) {
+    if (put_back) put_back();
+    eager_only_[batch.bucket] = error.what();
+    graphs_.erase(batch.bucket);  // `graph` is gone from here
+    ++stats_.failed_captures;
+    spdlog::warn("the step of the bucket of {} tokens could not be captured ({}): it runs eagerly", batch.bucket, error.what());
+    return eager(batch, lr, body);
+  }
+  ++stats_.captures;
+  spdlog::info("step captured for the bucket of {} tokens ({} graphs)", batch.bucket, graphs_.size());
+  graph.recorder->replay();  // a capture only recorded the step: this runs it
+  ++stats_.replays;
+  last_kind_ = StepKind::kCaptured;
+  return {graph.outputs.loss.clone(), graph.outputs.grad_norm.clone()};
+}
+
 StepResult StepGraphs::run(const Batch& batch, double lr, const StepBody& body) {
-#if defined(MPIBERT_WITH_CUDA)
-  if (!device_.is_cuda() || batch.bucket == 0 || !batch.cumulative_lengths.defined()) return eager(batch, lr, body);
+  if (!make_recorder_ || batch.bucket == 0 || !batch.cumulative_lengths.defined() || eager_only_.count(batch.bucket))
+    return eager(batch, lr, body);
   int& seen = seen_[batch.bucket];
   if (seen < warm_up_steps_) {
     ++seen;
     return eager(batch, lr, body);
   }
   std::unique_ptr<Graph>& graph = graphs_[batch.bucket];
-  const bool capture = !graph;
-  if (capture) {
+  if (!graph) {
     graph = std::make_unique<Graph>();
-    graph->inputs = batch;
-    for (torch::Tensor* tensor : step_inputs(graph->inputs)) *tensor = tensor->clone();
-    graph->lr = lr_tensor(lr, device_);
-  } else {
-    const std::vector<torch::Tensor> to = step_inputs(static_cast<const Batch&>(graph->inputs)), from = step_inputs(batch);
-    for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i], /*non_blocking=*/true);
-    graph->lr.fill_(lr);
+    return capture(*graph, batch, lr, body);
   }
-  if (capture) {
-    // On a side stream, after what the current stream queued; the current stream waits for it.
-    static const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_.index());
-    at::cuda::CUDAEvent queued;
-    queued.record(current);
-    queued.block(side);
-    {
-      const c10::cuda::CUDAStreamGuard on_side(side);
-      // Thread-local: the batch loader's thread may allocate pinned memory meanwhile.
-      graph->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
-      graph->outputs = body.run(graph->inputs, graph->lr);
-      graph->graph.capture_end();
-    }
-    at::cuda::CUDAEvent captured;
-    captured.record(side);
-    captured.block(current);
-    ++stats_.captures;
-    spdlog::info("step captured for the bucket of {} tokens ({} graphs)", batch.bucket, graphs_.size());
-  }
-  graph->graph.replay();  // a capture only recorded the step: this runs it
+  const std::vector<torch::Tensor> to = step_inputs(static_cast<const Batch&>(graph->inputs)), from = step_inputs(batch);
+  for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i], /*non_blocking=*/true);
+  graph->lr.fill_(lr);
+  graph->recorder->replay();
   ++stats_.replays;
-  if (!capture) body.replayed();
+  last_kind_ = StepKind::kReplayed;
+  body.replayed();
   return {graph->outputs.loss.clone(), graph->outputs.grad_norm.clone()};
-#else
-  return eager(batch, lr, body);
-#endif
 }
 
 }  // namespace mpibert

@@ -73,70 +73,84 @@ bool Trainer::steps_left_in_epoch() const {
   return state_.micro_batches_done + options_.gradient_accumulation <= steps_per_epoch_ * options_.gradient_accumulation;
 }
 
-// One optimizer step: forward and backward over the micro-batches (gradients are reduced across
-// ranks during the last backward), clipping and AdamW. Nothing here waits for the device.
+// One optimizer step, eagerly or through the step graphs (--cuda-graphs). Nothing here waits for
+// the device.
 StepRecord Trainer::train_step(BatchLoader& batches) {
   step_start_ = Clock::now();
   StepRecord step;
   // The schedule moves with the updates taken: not over steps skipped for a non-finite gradient (HF's Trainer).
   step.learning_rate = schedule_->lr(state_.global_step - state_.skipped_steps);
   if (step_graphs_) return graphed_step(batches, std::move(step));
+  const auto next = [&] {
+    ++state_.micro_batches_done;
+    return batches.next();
+  };
+  step.grad_norm = step_body(next, step.learning_rate, &step).grad_norm;
+  return step;
+}
+
+// The step, the one body both ways run: forward and backward over the micro-batches (gradients are
+// reduced across ranks during the last backward), clipping, AdamW and zero_grad. `next` gives each
+// micro-batch. Eager (`eager` given: the step's record), each part is timed and named in the
+// profile, the micro-batches are accounted, faults are injected and fp16's skip decided; captured
+// (`eager` null), it is device work only.
+StepResult Trainer::step_body(const std::function<Batch()>& next, const LearningRate& lr, StepRecord* eager) {
+  const auto phase = [&](double& seconds, const char* name, auto&& work) { return eager ? timed(seconds, name, work) : work(); };
   const int64_t accumulation = options_.gradient_accumulation;
-  for (int64_t micro = 0; micro < accumulation; ++micro, ++state_.micro_batches_done) {
-    const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
-    const torch::Tensor loss = timed(phases_.forward, "mpibert::forward",
+  torch::Tensor last_loss;
+  for (int64_t micro = 0; micro < accumulation; ++micro) {
+    const Batch batch = phase(phases_.data, "mpibert::data", next);
+    const torch::Tensor loss = phase(phases_.forward, "mpibert::forward",
                                      [&] { return forward_batch(model(), batch).loss / static_cast<double>(accumulation); });
-    timed(phases_.backward, "mpibert::backward", [&] {
+    phase(phases_.backward, "mpibert::backward", [&] {
       parallel_->note_input_ids(batch.input_ids);
       parallel_->begin_backward(/*synchronize=*/micro + 1 == accumulation);
       (loss_scaler_ ? loss_scaler_->scale(loss) : loss).backward();
     });
-    step.losses.push_back(loss.detach());
-    step.samples += static_cast<double>(batch.feature_indices.size());
-    step.tokens += static_cast<double>(batch.input_ids.numel());
-    step.model_flops += training_flops_.of(batch.real_tokens, batch.real_token_pairs);
+    last_loss = loss.detach();
+    if (eager) account(*eager, batch, last_loss);
   }
-  inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
-  timed(phases_.gradient_sync, "mpibert::gradient_sync", [&] { parallel_->finish_gradient_sync(); });
-  step.grad_norm = timed(phases_.optimizer, "mpibert::optimizer", [&] {
+  if (eager) inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
+  phase(phases_.gradient_sync, "mpibert::gradient_sync", [&] { parallel_->finish_gradient_sync(); });
+  torch::Tensor norm = phase(phases_.optimizer, "mpibert::optimizer", [&] {
     // A skipped step's norm is NaN on the parameters' device, where every other step's is.
-    torch::Tensor norm = skip_for_non_finite_gradients(step)
-                             ? torch::full({}, std::numeric_limits<float>::quiet_NaN(), torch::TensorOptions().device(device_))
-                             : parallel_->clip_and_step(options_.max_grad_norm, step.learning_rate);
+    torch::Tensor step_norm =
+        eager && skip_for_non_finite_gradients(*eager)
+            ? torch::full({}, std::numeric_limits<float>::quiet_NaN(), torch::TensorOptions().device(device_))
+            : parallel_->clip_and_step(options_.max_grad_norm, lr);
     parallel_->zero_grad();
-    return norm;
+    return step_norm;
   });
-  return step;
+  return {last_loss, norm};
 }
 
-// One optimizer step of one micro-batch that the GPU runs by itself (step_graphs.hpp): eager for
-// a bucket's first steps and a batch without a bucket, then captured once per bucket and replayed.
-// The host sees no phases inside it: its time is graphed_step's.
-StepRecord Trainer::graphed_step(BatchLoader& batches, StepRecord step) {
-  const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
-  ++state_.micro_batches_done;
-  const StepBody body{[&](const Batch& in, const torch::Tensor& lr) { return capturable_step(in, lr); },
-                      [&] { parallel_->count_replayed_step(); }};
-  const StepResult result =
-      timed(phases_.graphed_step, "mpibert::graphed_step", [&] { return step_graphs_->run(batch, step.learning_rate, body); });
-  inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
-  step.losses.push_back(result.loss);
-  step.grad_norm = result.grad_norm;
+// A micro-batch's part of the step's record: its loss, samples, tokens and model FLOPs.
+void Trainer::account(StepRecord& step, const Batch& batch, const torch::Tensor& loss) const {
+  step.losses.push_back(loss);
   step.samples += static_cast<double>(batch.feature_indices.size());
   step.tokens += static_cast<double>(batch.input_ids.numel());
   step.model_flops += training_flops_.of(batch.real_tokens, batch.real_token_pairs);
-  return step;
 }
 
-// The step as the GPU replays it: device work only, the learning rate a device tensor.
-StepResult Trainer::capturable_step(const Batch& batch, const torch::Tensor& lr) {
-  const torch::Tensor loss = forward_batch(model(), batch).loss;
-  parallel_->begin_backward(/*synchronize=*/true);
-  loss.backward();
-  parallel_->finish_gradient_sync();
-  torch::Tensor norm = parallel_->clip_and_step(options_.max_grad_norm, lr);
-  parallel_->zero_grad();
-  return {loss.detach(), norm};
+// One optimizer step of one micro-batch that the GPU runs by itself (step_graphs.hpp): eager for
+// a bucket's first steps and a batch without a bucket, then captured once per bucket and replayed,
+// the body step_body's. The host sees no phases inside it: its time is graphed_step's.
+StepRecord Trainer::graphed_step(BatchLoader& batches, StepRecord step) {
+  const Batch batch = timed(phases_.data, "mpibert::data", [&] { return batches.next(); });
+  ++state_.micro_batches_done;
+  StepBody body;
+  body.run = [&](const Batch& in, const torch::Tensor& lr) { return step_body([&] { return in; }, lr, nullptr); };
+  body.replayed = [&] { parallel_->count_replayed_step(); };
+  body.save_host_state = [&] {
+    const int64_t steps = parallel_->optimizer_steps_taken();
+    return std::function<void()>([this, steps] { parallel_->restore_optimizer_steps_taken(steps); });
+  };
+  const StepResult result =
+      timed(phases_.graphed_step, "mpibert::graphed_step", [&] { return step_graphs_->run(batch, step.learning_rate, body); });
+  inject_faults(ranks_, state_.global_step, FaultPoint::kAfterBackward);
+  account(step, batch, result.loss);
+  step.grad_norm = result.grad_norm;
+  return step;
 }
 
 // fp16 (torch.amp.GradScaler, as HF's Trainer uses it): the gradients are unscaled before
@@ -198,7 +212,11 @@ bool Trainer::finish_step(StepRecord step, const StopSignals& signals) {
   const double step_time = seconds_since(step_start_);
   step_seconds_ += step_time;
   samples_this_run_ += step.samples;
-  if (steps_this_run_ > kWarmUpSteps) {
+  // With step graphs, only replayed steps: a bucket's warm-up and capture are no part of the rate
+  // a long run holds (their counts are in results.json's step_graphs).
+  const bool replayed_or_eager_run = !step_graphs_ || step_graphs_->last_kind() == StepKind::kReplayed;
+  if (steps_this_run_ > kWarmUpSteps && replayed_or_eager_run) {
+    ++steady_.steps;
     steady_.seconds += step_time;
     steady_.samples += step.samples;
     steady_.model_flops += totals[2];

@@ -2,6 +2,7 @@
 // loop (trainer.cpp) and the run record: results.json, MFU and HF's files (run_record.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,8 +62,9 @@ class Trainer {
   double epochs_at(int64_t step) const { return static_cast<double>(step) / static_cast<double>(steps_per_epoch_); }
   StepRecord train_step(BatchLoader& batches);
   void set_up_step_graphs();
+  StepResult step_body(const std::function<Batch()>& next, const LearningRate& lr, StepRecord* eager);
+  void account(StepRecord& step, const Batch& batch, const torch::Tensor& loss) const;
   StepRecord graphed_step(BatchLoader& batches, StepRecord step);
-  StepResult capturable_step(const Batch& batch, const torch::Tensor& lr);
   bool skip_for_non_finite_gradients(StepRecord& step);
   bool finish_step(StepRecord step, const StopSignals& signals);
   void flush_logs(bool print_progress);
@@ -107,6 +109,7 @@ class Trainer {
   // allocator's first calls, the attention kernels' first shapes): the rate a long run holds.
   static constexpr int64_t kWarmUpSteps = 10;
   struct {
+    int64_t steps = 0;
     double seconds = 0, samples = 0, model_flops = 0;
   } steady_;
   Clock::time_point loop_start_, step_start_;

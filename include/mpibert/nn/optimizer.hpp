@@ -53,6 +53,9 @@ class AdamW {
   // count_replayed_step() for each replay, the update itself not running on the host then.
   void step(const torch::Tensor& lr);
   void count_replayed_step() { ++steps_taken_; }
+  // A step capture that failed: the host's count back to `steps` (its value before the capture).
+  // The device's count stays, as the recorded update never ran, and every graph keeps counting on it.
+  void restore_steps_after_failed_capture(int64_t steps) { steps_taken_ = steps; }
   void step(const LearningRate& lr) { lr.on_device.defined() ? step(lr.on_device) : step(lr.value); }
   void zero_grad();
   int64_t steps_taken() const { return steps_taken_; }

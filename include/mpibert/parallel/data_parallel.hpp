@@ -131,6 +131,10 @@ class DataParallel {
   // then tells the host's step count of each replay.
   virtual torch::Tensor clip_and_step(double max_norm, const LearningRate& lr) = 0;
   void count_replayed_step();
+  // The host's count of AdamW steps, and putting it back (a step capture that failed after the
+  // optimizer was recorded: nothing of it ran).
+  int64_t optimizer_steps_taken() const;
+  void restore_optimizer_steps_taken(int64_t steps);
   virtual void zero_grad() = 0;
 
   // fp16 loss scaling, after finish_gradient_sync (GradScaler.unscale_): multiplies the gradients

@@ -11,7 +11,9 @@
 // from or waits for the device, no host value that changes between steps (the learning rate comes
 // in as a device tensor, AdamW counts its steps on the device: AdamW::step(tensor)). Host timers,
 // profiler ranges and fault injection stay outside it. A run whose steps cannot be captured is
-// refused at setup, before anything is written, with the reason (steps_cannot_be_captured).
+// refused at setup, before anything is written, with the reason (steps_cannot_be_captured). A
+// capture that fails all the same (the body threw inside it) is ended, what the body did on the
+// host is put back, and that bucket runs eagerly from then on, the reason logged.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,15 +34,22 @@ struct StepResult {
 
 struct StepBody {
   // Forward, backward, gradient sync, clipping and AdamW on `batch` (on the device) with learning
-  // rate `lr` (a 0-dim float64 tensor on the device).
+  // rate `lr` (a 0-dim float32 tensor on the device, what the fused CUDA AdamW kernel reads).
   std::function<StepResult(const Batch& batch, const torch::Tensor& lr)> run;
   // Told of each replay after the one that follows its capture: the host's counts (AdamW's steps)
   // follow the device's, the body not running on the host then.
   std::function<void()> replayed;
+  // Before a capture: saves what the body changes on the host (AdamW's step count) and returns
+  // what puts it back, for a capture that fails (its recorded work never runs).
+  std::function<std::function<void()>()> save_host_state;
 };
+
+// How each step ran.
+enum class StepKind { kEager, kCaptured, kReplayed };
 
 struct StepGraphStats {
   int64_t eager_steps = 0, captures = 0, replays = 0;
+  int64_t failed_captures = 0;  // buckets that run eagerly since their capture failed
 };
 
 // Why this run's steps cannot be captured, "" when they can. Each reason names what it would take.
@@ -56,10 +65,25 @@ struct StepCaptureConditions {
 };
 std::string steps_cannot_be_captured(const StepCaptureConditions& run);
 
+// Records a step once and replays it: CUDA graphs on a GPU, a stand-in in tests.
+class StepRecorder {
+ public:
+  virtual ~StepRecorder() = default;
+  // Runs `record` under capture. Where it throws, the capture is ended and discarded first, then
+  // the error goes on.
+  virtual void capture(const std::function<void()>& record) = 0;
+  virtual void replay() = 0;
+};
+using MakeStepRecorder = std::function<std::unique_ptr<StepRecorder>()>;
+// CUDA graphs on `device` (on a side stream, every graph of one memory pool); empty off a GPU or
+// in a build without CUDA.
+MakeStepRecorder cuda_step_recorder(const torch::Device& device);
+
 class StepGraphs {
  public:
-  // `warm_up_steps`: eager steps of a bucket's shape before its capture.
-  explicit StepGraphs(const torch::Device& device, int warm_up_steps = 2);
+  // `warm_up_steps`: eager steps of a bucket's shape before its capture. `make_recorder`: the
+  // recorder of each bucket's step (default: CUDA graphs on `device`); empty: every step eager.
+  explicit StepGraphs(const torch::Device& device, int warm_up_steps = 2, MakeStepRecorder make_recorder = nullptr);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
@@ -67,17 +91,23 @@ class StepGraphs {
   // The step on `batch` (its tensors on the device): eager, captured then replayed, or replayed.
   // The result's tensors are the step's own (not the graph's buffers).
   StepResult run(const Batch& batch, double lr, const StepBody& body);
+  // How the last run() ran (its warm-up and capture steps are the ones a steady rate leaves out).
+  StepKind last_kind() const { return last_kind_; }
   const StepGraphStats& stats() const { return stats_; }
 
  private:
   struct Graph;
   StepResult eager(const Batch& batch, double lr, const StepBody& body);
+  StepResult capture(Graph& graph, const Batch& batch, double lr, const StepBody& body);
 
   torch::Device device_;
   int warm_up_steps_;
+  MakeStepRecorder make_recorder_;
   std::map<int64_t, std::unique_ptr<Graph>> graphs_;  // by bucket
   std::map<int64_t, int> seen_;                       // eager steps so far, by bucket
+  std::map<int64_t, std::string> eager_only_;         // buckets whose capture failed, with why
   StepGraphStats stats_;
+  StepKind last_kind_ = StepKind::kEager;
 };
 
 }  // namespace mpibert
