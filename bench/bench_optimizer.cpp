@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "mpibert/model/bert_qa.hpp"
-#include "mpibert/nn/optimizer.hpp"
+#include "mpibert/optim/optimizer.hpp"
 
 namespace {
 

@@ -13,10 +13,10 @@
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/data/sampler.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/model/model_registry.hpp"
-#include "mpibert/nn/optimizer.hpp"
+#include "mpibert/optim/optimizer.hpp"
 #include "mpibert/runtime/device.hpp"
-#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/train/trainer.hpp"
 
 namespace {

@@ -31,6 +31,8 @@ runs=(
   "zero2|--strategy zero2"
   "fsdp|--strategy fsdp"
   "fsdp-bf16|--strategy fsdp --reduce-dtype bf16 --param-dtype bf16"
+  "fsdp-kept|--strategy fsdp --keep-gathered-for-backward"
+  "hsdp|--strategy hsdp --shard-group-size 1"
 )
 status=0
 for ranks in 2 3; do

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Fails when a file of src/LAYER or include/mpibert/LAYER includes a header of a layer it may not
-know: a higher layer, or a sibling that is not listed below. Also fails on a source or header that
-sits in no layer folder, on an include of a project header that does not exist, and on modules of
-one layer that include each other, directly or around a circle (a module is a header and its .cpp:
-include/mpibert/runtime/peers.hpp with src/runtime/peers.cpp). And fails where train/, eval/ or cli/
-name a concrete model: they speak to the QA model interface (nn/qa_model.hpp) and build models
-through model/model_registry.hpp, so no identifier there may be one of the model layer's models
-(each TORCH_MODULE it declares, its Impl, and the *Config structs beside them), and no file there
-may include a header that declares one.
+know: a higher layer, or a sibling that is not listed below. Every #include is resolved to a file
+first, as the compiler would find it: quoted ones in the including file's folder and then under
+include/ (relative paths like "../train/trainer_impl.hpp" included), angle-bracket ones under
+include/ (any other is a system or third-party header). Also fails on a source or header that sits
+in no layer folder, on a quoted include that resolves to no file (generated headers excepted, by
+name below), on a private header of a layer (a header under src/LAYER/) included from another
+layer, and on modules that include each other, directly or around a circle (a module is a header
+and its .cpp: include/mpibert/runtime/peers.hpp with src/runtime/peers.cpp; src/parallel's
+private headers are modules too). And fails where train/, eval/ or cli/ name a concrete model:
+they speak to the QA model interface (nn/qa_model.hpp) and build models through
+model/model_registry.hpp, so no identifier there may be one of the model layer's models (each
+TORCH_MODULE it declares, its Impl, and the *Config structs beside them), and no file there may
+include a header that declares one.
 
     python3 scripts/check_layers.py [REPO_ROOT]
 
@@ -23,16 +28,18 @@ LAYERS = {
     "data": ["core", "text"],                            # SQuAD, features, shards, sampler, batches
     "runtime": ["core"],                                 # the MPI session, host collectives, peers, placement, devices
     "comm": ["core", "runtime"],                         # the Communicator: MPI and NCCL backends, the ring
-    "nn": ["core"],                                      # any model's training kit: safetensors, AdamW, the model description
-    "parallel": ["core", "runtime", "comm", "nn"],       # the data-parallel strategies, knowing no BERT
+    "nn": ["core"],                                      # the model interface: the QA model, its description, safetensors
+    "optim": ["core"],                                   # the optimizer kit: AdamW, learning-rate schedules, the loss scaler
+    "parallel": ["core", "runtime", "comm", "nn", "optim"],  # the data-parallel strategies, knowing no BERT
     "model": ["core", "text", "nn"],                     # BERT-QA, HF model dirs, FLOPs
-    "eval": ["core", "text", "data"],                    # answer extraction, the official metrics
-    "train": ["core", "text", "data", "runtime", "comm", "nn", "parallel", "model", "eval"],  # the model on batches, evaluation, trainer
-    "cli": ["core", "text", "data", "runtime", "comm", "nn", "parallel", "model", "eval", "train"],  # the subcommands
+    "eval": ["core", "text", "data", "runtime", "nn"],    # the model on batches, evaluation, answer extraction, the metrics
+    "train": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval"],  # the model on batches, evaluation, trainer
+    "cli": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "train"],  # the subcommands
 }
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h", ".cc"}
-PROJECT_INCLUDE = re.compile(r'^\s*#\s*include\s+"mpibert/([^"/]+)/([^"]+)"', re.M)
-ANY_PROJECT_INCLUDE = re.compile(r'^\s*#\s*include\s+"(mpibert/[^"]+)"', re.M)
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
+# Headers the build generates (protoc's), which no checkout holds.
+GENERATED = {"tensorboard_event.pb.h"}
 # The layers that must know no concrete model, and what declares one in the model layer.
 MODEL_AGNOSTIC = ("train", "eval", "cli")
 TORCH_MODULE = re.compile(r"\bTORCH_MODULE\((\w+)\)")
@@ -50,6 +57,22 @@ def layer_of(path: pathlib.Path, root: pathlib.Path):
     return None
 
 
+def resolve(include, quoted, path: pathlib.Path, root: pathlib.Path):
+    """The project file an #include names, or None (a system header, or nothing)."""
+    candidates = ([path.parent / include] if quoted else []) + [root / "include" / include]
+    for candidate in candidates:
+        if candidate.is_file():
+            return pathlib.Path(*[part for part in candidate.resolve().relative_to(root.resolve()).parts])
+    return None
+
+
+def includes(path: pathlib.Path, root: pathlib.Path):
+    """(as written, the project file it resolves to relative to root, or None) for each #include."""
+    text = path.read_text(encoding="utf-8")
+    return [(("\"%s\"" if kind == '"' else "<%s>") % include, resolve(include, kind == '"', path, root))
+            for kind, include in INCLUDE.findall(text)]
+
+
 def check(root: pathlib.Path):
     problems = []
     files = [p for folder in ("src", "include/mpibert") for p in sorted((root / folder).rglob("*"))
@@ -60,15 +83,25 @@ def check(root: pathlib.Path):
         if layer not in LAYERS:
             problems.append(f"{name}: not in a layer folder ({', '.join(LAYERS)})")
             continue
-        text = path.read_text(encoding="utf-8")
-        for include in ANY_PROJECT_INCLUDE.findall(text):
-            if not (root / "include" / include).is_file():
-                problems.append(f"{name}: includes \"{include}\", which is not a header under include/")
-        for used, header in PROJECT_INCLUDE.findall(text):
+        for written, target in includes(path, root):
+            if target is None:
+                quoted = written.startswith('"')
+                if written.startswith('"mpibert/') or written.startswith("<mpibert/"):
+                    problems.append(f"{name}: includes {written}, which is not a header under include/")
+                elif quoted and written.strip('"') not in GENERATED:
+                    problems.append(f"{name}: includes {written}, which is no file beside it or under include/")
+                continue
+            used = layer_of(root / target, root)
+            if used is None:
+                problems.append(f"{name}: includes {written} ({target}), which is in no layer")
+                continue
             if used != layer and used not in LAYERS[layer]:
                 allowed = ", ".join(LAYERS[layer]) or "none"
-                problems.append(f"{name}: layer {layer} includes mpibert/{used}/{header} "
-                                f"(layer {used}); {layer} may include {allowed}")
+                problems.append(f"{name}: layer {layer} includes {written} ({target}, layer {used}); "
+                                f"{layer} may include {allowed}")
+            elif target.parts[0] == "src" and used != layer:
+                problems.append(f"{name}: includes {written}, a private header of layer {used} ({target}); "
+                                f"other layers include its public headers (include/mpibert/{used}/)")
     return files, problems
 
 
@@ -92,16 +125,15 @@ def concrete_models(root: pathlib.Path):
 def model_agnostic_problems(root: pathlib.Path, files):
     """Files of train/, eval/ and cli/ that name a concrete model or include a header declaring one."""
     models = concrete_models(root)
-    declaring = {pathlib.PurePath(header).relative_to("include").as_posix()
-                 for header in models.values() if header.startswith("include/")}
+    declaring = {pathlib.PurePath(header) for header in models.values()}
     problems = []
     for path in files:
         if layer_of(path, root) not in MODEL_AGNOSTIC:
             continue
         name = path.relative_to(root)
         text = path.read_text(encoding="utf-8")
-        for include in sorted(set(ANY_PROJECT_INCLUDE.findall(text)) & declaring):
-            problems.append(f"{name}: includes \"{include}\", which declares a concrete model; "
+        for written, target in sorted({(w, t) for w, t in includes(path, root) if t is not None and t in declaring}):
+            problems.append(f"{name}: includes {written}, which declares a concrete model; "
                             f"{layer_of(path, root)} speaks to nn/qa_model.hpp and model/model_registry.hpp")
         named = sorted({word for word in IDENTIFIER.findall(COMMENT.sub("", text)) if word in models})
         if named:
@@ -111,7 +143,6 @@ def model_agnostic_problems(root: pathlib.Path, files):
 
 
 def module_of(path: pathlib.Path, root: pathlib.Path):
-    relative = path.relative_to(root).parts
     layer = layer_of(path, root)
     return f"{layer}/{path.stem}" if layer else None
 
@@ -124,9 +155,9 @@ def module_circles(root: pathlib.Path, files):
         if module is None:
             continue
         used = graph.setdefault(module, set())
-        for layer, header in PROJECT_INCLUDE.findall(path.read_text(encoding="utf-8")):
-            other = f"{layer}/{pathlib.PurePath(header).stem}"
-            if other != module:
+        for _, target in includes(path, root):
+            other = module_of(root / target, root) if target is not None else None
+            if other is not None and other != module:
                 used.add(other)
     circles, state, stack = [], {}, []
 

@@ -2,7 +2,7 @@
 # The bundled sample as the jobs use it: SQuAD v1.1 dev split by article (the first 40 articles to
 # train on, the last 8 to evaluate), prepared on 2 MPI ranks into DIR/shards/{train,eval}, with
 # their statistics beside them. Kept when already there. MPIBERT_BIN_DIR: where mpibert-prep is
-# (default build/bin; tools/container/main_job.sh gives the image's). SHARDS, when given, is where
+# (default build/bin; tools/container/main_job_in_image.sh gives the image's). SHARDS, when given, is where
 # the shards go instead (jobs/local.sh: the site's SHARDS_DIR).
 #   scripts/sample_shards.sh DIR [SHARDS]
 set -euo pipefail

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "mpibert/data/batching.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/model/bert_qa.hpp"
-#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/train/step_graphs.hpp"
 #include "test_support.hpp"
 

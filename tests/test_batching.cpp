@@ -73,7 +73,7 @@ TEST_F(BatchLoading, DeliversEveryMicroBatchOfTheOrderFromAnyStart) {
 }
 
 // The work a batch holds without its padding: the sum of its features' lengths and of their squares
-// (what the model FLOPs count: model/flops.hpp), whatever the padding.
+// (what the model FLOPs count: QuestionAnsweringModel::training_flops), whatever the padding.
 TEST_F(BatchLoading, CountsTheRealTokensAndTheirPairs) {
   const std::vector<int64_t> order = shuffled_order();
   const std::vector<int64_t> indices(order.begin(), order.begin() + 7);

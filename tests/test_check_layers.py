@@ -35,7 +35,7 @@ class CheckLayers(unittest.TestCase):
         })
         result = run(root)
         self.assertEqual(result.returncode, 1)
-        self.assertIn("src/core/error.cpp: layer core includes mpibert/train/trainer.hpp", result.stdout)
+        self.assertIn('src/core/error.cpp: layer core includes "mpibert/train/trainer.hpp"', result.stdout)
 
     def test_a_sibling_that_is_not_listed_fails(self):
         root = self.make_tree({
@@ -44,7 +44,7 @@ class CheckLayers(unittest.TestCase):
         })
         result = run(root)
         self.assertEqual(result.returncode, 1)
-        self.assertIn("layer model includes mpibert/data/shards.hpp", result.stdout)
+        self.assertIn('layer model includes "mpibert/data/shards.hpp"', result.stdout)
 
     def test_files_outside_layers_and_missing_headers_fail(self):
         root = self.make_tree({
@@ -111,6 +111,69 @@ class CheckLayers(unittest.TestCase):
         })
         result = run(root)
         self.assertEqual(result.returncode, 0, result.stdout)
+
+    def test_a_relative_include_into_another_layer_fails(self):
+        root = self.make_tree({
+            "src/train/trainer_impl.hpp": "",
+            "src/parallel/fsdp.cpp": '#include "../train/trainer_impl.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('src/parallel/fsdp.cpp: layer parallel includes "../train/trainer_impl.hpp" '
+                      '(src/train/trainer_impl.hpp, layer train)', result.stdout)
+
+    def test_an_angle_bracket_include_of_a_project_header_is_checked(self):
+        root = self.make_tree({
+            "include/mpibert/train/trainer.hpp": "",
+            "src/parallel/ddp.cpp": "#include <mpibert/train/trainer.hpp>\n#include <vector>\n",
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("src/parallel/ddp.cpp: layer parallel includes <mpibert/train/trainer.hpp>", result.stdout)
+
+    def test_private_headers_that_include_each_other_fail(self):
+        root = self.make_tree({
+            "src/parallel/gradient_reducer.hpp": '#include "unit_gatherer.hpp"\n',
+            "src/parallel/unit_gatherer.hpp": '#include "gradient_reducer.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("modules include each other: parallel/gradient_reducer -> parallel/unit_gatherer -> "
+                      "parallel/gradient_reducer", result.stdout)
+
+    def test_a_private_header_of_another_layer_fails_even_downward(self):
+        root = self.make_tree({
+            "src/comm/in_flight.hpp": "",
+            "src/parallel/ddp.cpp": '#include "../comm/in_flight.hpp"\n',
+        })
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("a private header of layer comm (src/comm/in_flight.hpp)", result.stdout)
+
+    def test_a_quoted_include_of_no_file_fails(self):
+        root = self.make_tree({"src/parallel/ddp.cpp": '#include "gone.hpp"\n#include "tensorboard_event.pb.h"\n'})
+        result = run(root)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('includes "gone.hpp", which is no file beside it or under include/', result.stdout)
+        self.assertNotIn("tensorboard_event.pb.h", result.stdout)
+
+
+class LayoutDoc(unittest.TestCase):
+    """docs/layout.md's table of layers is check_layers.py's, and every folder of src/ is in it."""
+
+    def test_the_table_is_the_checks_and_names_every_folder(self):
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import check_layers
+        rows = {}
+        for line in (ROOT / "docs" / "layout.md").read_text(encoding="utf-8").splitlines():
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("`"):
+                rows[cells[0].strip("`")] = [] if cells[2] in ("—", "") else [c.strip() for c in cells[2].split(",")]
+        self.assertEqual(list(rows), list(check_layers.LAYERS), "docs/layout.md's layers, in order")
+        for layer, below in check_layers.LAYERS.items():
+            self.assertEqual(sorted(rows[layer]), sorted(below), f"docs/layout.md: what {layer} may include")
+        folders = sorted(p.name for p in (ROOT / "src").iterdir() if p.is_dir())
+        self.assertEqual(sorted(set(folders) - set(rows)), [], "src/ folders docs/layout.md does not describe")
 
 
 if __name__ == "__main__":

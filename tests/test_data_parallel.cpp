@@ -24,15 +24,17 @@
 #include <utility>
 #include <vector>
 
+#include "group_layout.hpp"
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/distilbert_qa.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
+#include "mpibert/parallel/strategies.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "named_parameters.hpp"
 #include "rank_optimizer.hpp"
-#include "shards.hpp"
-#include "strategy_parts.hpp"
+#include "slices.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -395,12 +397,12 @@ TEST_F(DataParallelTest, ShardedOptimizerEqualsThePlainOneOverTheWhole) {
     ASSERT_EQ(groups.size(), 1u);
     attach_gradient_views(groups, sharded.tensors, size_);
     for (size_t k = 0; k < sharded.tensors.size(); ++k) sharded.tensors[k].grad().copy_(gradient[k]);
-    Shards shards(groups, sharded, rank_, size_, /*own_storage=*/false);
-    const int64_t slice = groups[0].shard_numel(size_);
-    shards[0].grad_shard.copy_(groups[0].grads.narrow(0, slice * rank_, slice));
-    RankOptimizer of_slices(shards.pieces(), sharded.tensors.size(), *communicator_, torch::kCPU, adam_with_decay());
+    Slices slices(groups, sharded, rank_, size_, /*own_storage=*/false);
+    const int64_t slice = groups[0].slice_numel(size_);
+    slices[0].grad_slice.copy_(groups[0].grads.narrow(0, slice * rank_, slice));
+    RankOptimizer of_slices(slices.pieces(), sharded.tensors.size(), *communicator_, torch::kCPU, adam_with_decay());
     const torch::Tensor sharded_norm = of_slices.clip_and_step(max_norm, 0.01);
-    shards.all_gather_parameters(*communicator_);
+    slices.all_gather_parameters(*communicator_);
 
     EXPECT_NEAR(sharded_norm.item<double>(), whole_norm.item<double>(), 1e-6 * whole_norm.item<double>());
     for (size_t k = 0; k < plain.tensors.size(); ++k)
@@ -465,10 +467,31 @@ TEST_P(SlicelessRank, TakesPartInEveryStep) {
 
 std::string strategy_test_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
 
+// The strategies the parameterized tests run, from the table (a new row joins them), plus `more`
+// (variants of a row: "fsdp_kept"). What each kind of test leaves out, it says by the row's traits.
+std::vector<std::string> strategies_where(const std::function<bool(const StrategyRow&)>& keep,
+                                          const std::vector<std::string>& more = {}) {
+  std::vector<std::string> names;
+  for (const StrategyRow& row : strategy_table())
+    if (keep(row)) names.push_back(row.name);
+  names.insert(names.end(), more.begin(), more.end());
+  return names;
+}
+bool holds_whole_parameters(const StrategyRow& row) { return row.parameters == "whole"; }
+bool shards_the_optimizer(const StrategyRow& row) { return row.optimizer_state != "whole"; }
+// hsdp's shard groups need ranks in groups: its tests are the Hsdp* ones (ctest data_parallel.hsdp_ranks4).
+bool over_every_rank(const StrategyRow& row) {
+  return std::find(row.reads.begin(), row.reads.end(), "shard_group_size") == row.reads.end();
+}
+
 // The tests above drive backward on the parameters directly, outside any forward: fsdp's parameters
 // exist whole only inside their unit's forward and backward, so its tests below go through forward.
-INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies, ::testing::Values("ddp", "zero1", "zero2"), strategy_test_name);
-INSTANTIATE_TEST_SUITE_P(Strategies, SlicelessRank, ::testing::Values("zero1", "zero2", "fsdp"), strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelStrategies, ::testing::ValuesIn(strategies_where(holds_whole_parameters)),
+                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, SlicelessRank, ::testing::ValuesIn(strategies_where([](const StrategyRow& row) {
+                           return shards_the_optimizer(row) && over_every_rank(row);
+                         })),
+                         strategy_test_name);
 
 // A forward and backward of the QA loss on `ids` ([batch, seq]), positions seeded by rank and step.
 void qa_backward_on(BertForQuestionAnswering& model, const torch::Tensor& ids, int rank, int step) {
@@ -535,8 +558,11 @@ TEST_P(ThroughForward, EveryStrategyEndsWhereDdpEnds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, ThroughForward, ::testing::Values("zero1", "zero2", "fsdp", "fsdp_kept"),
-                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, ThroughForward,
+    ::testing::ValuesIn(strategies_where([](const StrategyRow& row) { return shards_the_optimizer(row) && over_every_rank(row); },
+                                         {"fsdp_kept"})),
+    strategy_test_name);
 
 // DistilBERT through the strategies, which know it by its description alone (its units: the
 // embeddings, each block, the QA head; its word embedding for ddp's sparse exchange): three
@@ -588,8 +614,8 @@ TEST_P(DistilBertStrategies, EndWhereDdpEnds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, DistilBertStrategies, ::testing::Values("ddp", "zero1", "zero2", "fsdp", "hsdp"),
-                         strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, DistilBertStrategies,
+                         ::testing::ValuesIn(strategies_where([](const StrategyRow&) { return true; })), strategy_test_name);
 
 // hsdp over groups of G consecutive ranks (every G that divides the ranks): three accumulated steps
 // end where ddp's end within the sharded strategies' round-off, each rank holds 1/G of the AdamW
@@ -685,7 +711,7 @@ TEST_P(WithCheckpointing, EndsBitForBitWhereTheRunWithoutEnds) {
   for (size_t k = 0; k < plain.size(); ++k) EXPECT_TRUE(torch::equal(checkpointed[k], plain[k])) << names[k];
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, WithCheckpointing, ::testing::Values("ddp", "zero1", "zero2", "fsdp", "fsdp_kept"),
+INSTANTIATE_TEST_SUITE_P(Strategies, WithCheckpointing, ::testing::ValuesIn(strategies_where(over_every_rank, {"fsdp_kept"})),
                          strategy_test_name);
 
 // ddp's sparse embedding exchange. Each rank's ids come from its own few rows (shifted each
@@ -1021,7 +1047,8 @@ TEST_P(ReducedPrecision, GradientsAreSummedInBf16AndLandInFp32) {
   EXPECT_EQ(stats[CommDtype::kFp32].bytes - mask, 2 * (stats[CommDtype::kBf16].bytes - mask));
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, ReducedPrecision, ::testing::Values("ddp", "zero1", "zero2", "fsdp"), strategy_test_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, ReducedPrecision, ::testing::ValuesIn(strategies_where(over_every_rank)),
+                         strategy_test_name);
 
 // fsdp with param_dtype bf16: forward and backward compute with the weights rounded to bf16 (the
 // gathers moved bf16), so the gradients are those of the rounded weights; the slices keep the

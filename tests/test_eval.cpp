@@ -8,9 +8,9 @@
 #include "mpibert/core/utf8.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/answer_extraction.hpp"
+#include "mpibert/eval/batch_forward.hpp"
+#include "mpibert/eval/evaluate.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
-#include "mpibert/train/batch_forward.hpp"
-#include "mpibert/train/evaluate.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

@@ -10,9 +10,9 @@
 
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
-#include "mpibert/nn/loss_scaler.hpp"
-#include "mpibert/nn/lr_schedule.hpp"
-#include "mpibert/nn/optimizer.hpp"
+#include "mpibert/optim/loss_scaler.hpp"
+#include "mpibert/optim/lr_schedule.hpp"
+#include "mpibert/optim/optimizer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "test_support.hpp"
 

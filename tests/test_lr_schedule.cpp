@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mpibert/core/io.hpp"
-#include "mpibert/nn/lr_schedule.hpp"
+#include "mpibert/optim/lr_schedule.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

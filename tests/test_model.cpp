@@ -8,7 +8,6 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/model/bert_qa.hpp"
-#include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/nn/safetensors.hpp"
 #include "packed_rows.hpp"
@@ -178,7 +177,7 @@ TEST(ModelFlops, SixTimesTheMatrixWeightsAndTheAttentionPairs) {
     int64_t matrix_weights = 0;
     for (const auto& item : model->named_parameters())
       if (item.value().dim() == 2 && item.key().find("embeddings") == std::string::npos) matrix_weights += item.value().numel();
-    const TrainingFlops flops = bert_qa_training_flops(config);
+    const TrainingFlops flops = model->training_flops();
     EXPECT_DOUBLE_EQ(flops.per_token, 6.0 * static_cast<double>(matrix_weights));
     EXPECT_DOUBLE_EQ(flops.per_token_pair, 12.0 * static_cast<double>(config.num_hidden_layers * config.hidden_size));
     EXPECT_DOUBLE_EQ(flops.of(10, 100), 10 * flops.per_token + 100 * flops.per_token_pair);

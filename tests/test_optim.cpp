@@ -9,8 +9,8 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
-#include "mpibert/nn/lr_schedule.hpp"
-#include "mpibert/nn/optimizer.hpp"
+#include "mpibert/optim/lr_schedule.hpp"
+#include "mpibert/optim/optimizer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {

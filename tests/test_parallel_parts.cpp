@@ -12,7 +12,7 @@
 #include "flat_groups.hpp"
 #include "gradient_reducer.hpp"
 #include "hsdp.hpp"
-#include "shards.hpp"
+#include "slices.hpp"
 
 namespace mpibert {
 namespace {
@@ -122,13 +122,13 @@ std::vector<std::string> hsdp_interleaving(bool device_streams, bool reduce_scat
   NamedParameters parameters{{"a", "b", "c"}, tensors};
   std::vector<FlatGroup> groups = group_into_buckets(parameters.tensors, 1e-6, 1e-6, std::nullopt);
   attach_gradient_views(groups, parameters.tensors, 1);
-  Shards shards(groups, parameters, 0, 1, /*own_storage=*/true);
+  Slices shards(groups, parameters, 0, 1, /*own_storage=*/true);
   auto log = std::make_shared<std::vector<std::string>>();
   test::FakeCommunicator shard_group(reduce_scatters_complete_at_once, device_streams, log);
   test::FakeCommunicator replicas(/*complete_at_once=*/true, device_streams, log);
-  ShardedGradients::Options options;
+  SlicedGradients::Options options;
   options.job_ranks = 2;
-  ShardedGradients gradients(groups, shards, shard_group, &replicas, options, [](const std::shared_ptr<Work>&, int64_t) {});
+  SlicedGradients gradients(groups, shards, shard_group, &replicas, options, [](const std::shared_ptr<Work>&, int64_t) {});
   for (size_t g = 0; g < groups.size(); ++g) {
     gradients.reduce(g);
     gradients.issued();

@@ -12,11 +12,10 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/shards.hpp"
-#include "mpibert/model/flops.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/model_registry.hpp"
-#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "mpibert/optim/lr_schedule.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/tensorboard.hpp"
 #include "mpibert/train/trainer.hpp"
@@ -98,10 +97,10 @@ class Trainer : public ::testing::Test {
   }
 
   // Whole epochs see every feature equally often: the model FLOPs per sample are the features'
-  // mean on their real lengths (model/flops.hpp); MFU is the achieved rate over the measured one.
+  // mean on their real lengths (QuestionAnsweringModel::training_flops); MFU is the achieved rate over the measured one.
   void expect_utilization_of_whole_epochs(const nlohmann::ordered_json& results) const {
     const FeatureStore store = FeatureStore::open(data_->file("train"));
-    const TrainingFlops flops = bert_qa_training_flops(BertConfig::load(data_->file("config.json")));
+    const TrainingFlops flops = make_qa_model_from_file(data_->file("config.json"), {})->training_flops();
     double mean = 0;
     for (int64_t f = 0; f < store.num_features(); ++f) {
       const int64_t length = store.feature(f).length;

@@ -146,7 +146,7 @@ struct ModelCommands::Impl {
 
 ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   app.set_version_flag("--version", mpibert_version_text(), "print mpibert's version and git commit, and exit");
-  CLI::App* c = impl_->train = app.add_subcommand("train", "fine-tune BERT or DistilBERT for SQuAD on prepared shards");
+  CLI::App* c = impl_->train = app.add_subcommand("train", "fine-tune " + qa_model_names() + " for SQuAD on prepared shards");
   // CLI11 reads config files on the top-level app only: --config belongs to it, and falls through
   // from `train` so that `mpibert train --config FILE` works; the file's [train] section applies.
   app.set_config("--config", "", "read options from this file (TOML: options of `train` under [train])");

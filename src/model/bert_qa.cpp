@@ -1,6 +1,5 @@
 #include "mpibert/model/bert_qa.hpp"
 
-#include <sstream>
 #include <utility>
 
 #include "mpibert/core/error.hpp"
@@ -126,8 +125,9 @@ torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const 
                                           const torch::Tensor& position_ids) {
   const auto positions = position_ids.defined() ? position_ids
                                                 : torch::arange(input_ids.size(1), input_ids.options().dtype(torch::kLong));
-  // HF's order of additions: words + token types, then positions.
-  auto embeddings = word_embeddings(input_ids) + token_type_embeddings(token_type_ids);
+  // HF's order of additions: words + token types, then positions. No token types: segment 0.
+  const auto types = token_type_ids.defined() ? token_type_ids : torch::zeros_like(input_ids);
+  auto embeddings = word_embeddings(input_ids) + token_type_embeddings(types);
   embeddings = embeddings + position_embeddings(positions);
   return dropout(LayerNorm(embeddings));
 }
@@ -201,78 +201,20 @@ BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& optio
   encoder = register_module("encoder", BertEncoder(config, options));
 }
 
-torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                                     const torch::Tensor& attention_mask, UnitHooks* hooks) {
+torch::Tensor BertModelImpl::forward_padded(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                                            const torch::Tensor& attention_mask, UnitHooks* hooks) {
   auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids); });
   return encoder(hidden, padded_layout(attention_mask, hidden), hooks);
 }
 
-torch::Tensor BertModelImpl::forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                                            const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
-                                            const VarlenLayout& varlen, UnitHooks* hooks) {
-  auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, token_type_ids, position_ids); });
-  return encoder(hidden, TokenLayout{{}, feature_offsets, varlen}, hooks);
-}
-
-BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options)
-    : config_(config), options_(options) {
-  config_.validate("model config");
-  bert = register_module("bert", BertModel(config_, options_));
-  qa_outputs = register_module("qa_outputs", torch::nn::Linear(config_.hidden_size, 2));
-  init_weights();
-}
-
-std::vector<std::string> BertForQuestionAnsweringImpl::unit_prefixes() const {
-  std::vector<std::string> prefixes = {"bert.embeddings."};
-  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer)
-    prefixes.push_back("bert.encoder.layer." + std::to_string(layer) + ".");
-  prefixes.push_back("qa_outputs.");
-  return prefixes;
-}
-
-ModelDescription BertForQuestionAnsweringImpl::description() {
-  ModelDescription description;
-  for (const auto& item : named_parameters()) description.parameters.emplace_back(item.key(), item.value());
-  description.unit_prefixes = unit_prefixes();
-  description.token_embedding = "bert.embeddings.word_embeddings.weight";
-  description.set_unit_hooks = [this](UnitHooks* hooks) { set_unit_hooks(hooks); };
-  return description;
-}
-
-ModelDescription model_description(BertForQuestionAnswering& model) { return model->description(); }
-
-TrainingFlops BertForQuestionAnsweringImpl::training_flops() const {
-  return encoder_training_flops(config_.hidden_size, config_.num_hidden_layers, config_.intermediate_size);
-}
-
-void BertForQuestionAnsweringImpl::init_weights() { init_hf_weights(*this, config_.initializer_range); }
-
-QAOutput BertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions,
-                                                      const torch::Tensor& end_positions) {
-  QAOutput out;
-  AutocastGuard autocast(options_.autocast_dtype(), features.input_ids.device().type());
-  // One layout on the GPU serves every layer and the logits.
-  const VarlenLayout varlen = packed_layout(features);
-  out.sequence_output = bert->forward_packed(features.input_ids, features.token_type_ids, features.position_ids, features.offsets,
-                                             varlen, unit_hooks_);
-  auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });
-  set_packed_logits(out, logits, features, varlen, start_positions, end_positions);
-  return out;
-}
-
-QAOutput BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                                               const torch::Tensor& attention_mask, const torch::Tensor& start_positions,
-                                               const torch::Tensor& end_positions) {
-  QAOutput out;
-  AutocastGuard autocast(options_.autocast_dtype(), input_ids.device().type());
-  out.sequence_output = bert(input_ids, token_type_ids, attention_mask, unit_hooks_);
-  auto logits = run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(out.sequence_output); });
-  set_padded_logits(out, logits, start_positions, end_positions);
-  return out;
+torch::Tensor BertModelImpl::forward_packed(const PackedFeatures& features, const VarlenLayout& varlen, UnitHooks* hooks) {
+  auto hidden =
+      run_unit(hooks, 0, [&] { return embeddings(features.input_ids, features.token_type_ids, features.position_ids); });
+  return encoder(hidden, TokenLayout{{}, features.offsets, varlen}, hooks);
 }
 
 // ---------------------------------------------------------------------------------------------
-// HF's files
+// The QA model
 
 namespace {
 
@@ -286,43 +228,44 @@ std::string bert_model_name(std::string key) {
   return key;
 }
 
-// Tensors a QA model has no parameter for, but which HF checkpoints legitimately carry.
+// Tensors a QA model has no parameter for, but which HF checkpoints legitimately carry: the MLM
+// and NSP heads, the pooler, the position and token-type buffers.
 bool bert_ignored_tensor(const std::string& name) {
   return name_starts_with(name, "cls.") || name_starts_with(name, "bert.pooler.") ||
          name_ends_with(name, "embeddings.position_ids") || name_ends_with(name, "embeddings.token_type_ids");
 }
 
+QAFamily bert_family(const BertConfig& config) {
+  QAFamily family = encoder_family("bert", "bert", "encoder.layer",
+                                   {config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size,
+                                    config.initializer_range},
+                                   config.to_json(), bert_model_name, bert_ignored_tensor);
+  // HF 4.x keeps the position_ids buffer in its state_dict right after the embeddings' LayerNorm.
+  family.saved_buffers = {
+      {"bert.embeddings.LayerNorm.bias",
+       {"bert.embeddings.position_ids", torch::arange(config.max_position_embeddings, torch::kLong).unsqueeze(0)}}};
+  family.read_config = [](const nlohmann::json& json, const std::string& origin) {
+    return BertConfig::from_json(json, origin).to_json();
+  };
+  family.shape_keys = {"vocab_size",          "hidden_size",       "num_hidden_layers",
+                       "num_attention_heads", "intermediate_size", "max_position_embeddings"};
+  return family;
+}
+
+BertModel validated_encoder(const BertConfig& config, const ModelOptions& options) {
+  config.validate("model config");
+  return BertModel(config, options);
+}
+
 }  // namespace
 
-LoadReport BertForQuestionAnsweringImpl::load_state(const SafetensorsFile& checkpoint) {
-  return load_hf_state(*this, checkpoint, {architecture(), bert_model_name, bert_ignored_tensor});
-}
+BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options)
+    : BertForQuestionAnsweringImpl(config, validated_encoder(config, options), options) {}
 
-std::vector<NamedTensor> BertForQuestionAnsweringImpl::state_to_save() {
-  std::vector<NamedTensor> tensors;
-  for (const auto& item : named_parameters()) {
-    tensors.push_back({item.key(), item.value().detach().to(torch::kCPU, torch::kFloat)});
-    // HF 4.x keeps the position_ids buffer in its state_dict right after the embeddings' LayerNorm.
-    if (item.key() == "bert.embeddings.LayerNorm.bias")
-      tensors.push_back({"bert.embeddings.position_ids",
-                         torch::arange(config_.max_position_embeddings, torch::kLong).unsqueeze(0)});
-  }
-  return tensors;
-}
+BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertConfig& config, BertModel encoder,
+                                                           const ModelOptions& options)
+    : EncoderForQuestionAnsweringImpl(bert_family(config), encoder.ptr(), options), bert(encoder), config_(config) {}
 
-std::string BertForQuestionAnsweringImpl::shape_mismatch(const nlohmann::json& json, const std::string& origin) const {
-  const BertConfig saved = BertConfig::from_json(json, origin);
-  std::ostringstream out;
-  auto compare = [&](const char* key, int64_t x, int64_t y) {
-    if (x != y) out << (out.tellp() > 0 ? ", " : "") << key << " " << x << " (this run: " << y << ")";
-  };
-  compare("vocab_size", saved.vocab_size, config_.vocab_size);
-  compare("hidden_size", saved.hidden_size, config_.hidden_size);
-  compare("num_hidden_layers", saved.num_hidden_layers, config_.num_hidden_layers);
-  compare("num_attention_heads", saved.num_attention_heads, config_.num_attention_heads);
-  compare("intermediate_size", saved.intermediate_size, config_.intermediate_size);
-  compare("max_position_embeddings", saved.max_position_embeddings, config_.max_position_embeddings);
-  return out.str();
-}
+ModelDescription model_description(BertForQuestionAnswering& model) { return model->description(); }
 
 }  // namespace mpibert

@@ -1,6 +1,5 @@
 #include "mpibert/model/distilbert_qa.hpp"
 
-#include <sstream>
 #include <utility>
 
 #include "mpibert/core/error.hpp"
@@ -187,77 +186,19 @@ DistilBertModelImpl::DistilBertModelImpl(const DistilBertConfig& config, const M
   transformer = register_module("transformer", DistilBertTransformer(config, options));
 }
 
-torch::Tensor DistilBertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                                           UnitHooks* hooks) {
+torch::Tensor DistilBertModelImpl::forward_padded(const torch::Tensor& input_ids, const torch::Tensor& /*token_type_ids*/,
+                                                  const torch::Tensor& attention_mask, UnitHooks* hooks) {
   auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids); });
   return transformer(hidden, padded_layout(attention_mask, hidden), hooks);
 }
 
-torch::Tensor DistilBertModelImpl::forward_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                                  const std::vector<int64_t>& feature_offsets, const VarlenLayout& varlen,
-                                                  UnitHooks* hooks) {
-  auto hidden = run_unit(hooks, 0, [&] { return embeddings(input_ids, position_ids); });
-  return transformer(hidden, TokenLayout{{}, feature_offsets, varlen}, hooks);
-}
-
-DistilBertForQuestionAnsweringImpl::DistilBertForQuestionAnsweringImpl(const DistilBertConfig& config,
-                                                                       const ModelOptions& options)
-    : config_(config), options_(options) {
-  config_.validate("model config");
-  distilbert = register_module("distilbert", DistilBertModel(config_, options_));
-  qa_outputs = register_module("qa_outputs", torch::nn::Linear(config_.dim, 2));
-  dropout = register_module("dropout", torch::nn::Dropout(config_.qa_dropout));
-  init_hf_weights(*this, config_.initializer_range);
-}
-
-std::vector<std::string> DistilBertForQuestionAnsweringImpl::unit_prefixes() const {
-  std::vector<std::string> prefixes = {"distilbert.embeddings."};
-  for (int64_t layer = 0; layer < config_.n_layers; ++layer)
-    prefixes.push_back("distilbert.transformer.layer." + std::to_string(layer) + ".");
-  prefixes.push_back("qa_outputs.");
-  return prefixes;
-}
-
-ModelDescription DistilBertForQuestionAnsweringImpl::description() {
-  ModelDescription description;
-  for (const auto& item : named_parameters()) description.parameters.emplace_back(item.key(), item.value());
-  description.unit_prefixes = unit_prefixes();
-  description.token_embedding = "distilbert.embeddings.word_embeddings.weight";
-  description.set_unit_hooks = [this](UnitHooks* hooks) { set_unit_hooks(hooks); };
-  return description;
-}
-
-TrainingFlops DistilBertForQuestionAnsweringImpl::training_flops() const {
-  return encoder_training_flops(config_.dim, config_.n_layers, config_.hidden_dim);
-}
-
-torch::Tensor DistilBertForQuestionAnsweringImpl::qa_logits(const torch::Tensor& sequence_output) {
-  return run_unit(unit_hooks_, qa_unit(), [&] { return qa_outputs(dropout(sequence_output)); });
-}
-
-QAOutput DistilBertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& /*token_type_ids*/,
-                                                     const torch::Tensor& attention_mask, const torch::Tensor& start_positions,
-                                                     const torch::Tensor& end_positions) {
-  QAOutput out;
-  AutocastGuard autocast(options_.autocast_dtype(), input_ids.device().type());
-  out.sequence_output = distilbert(input_ids, attention_mask, unit_hooks_);
-  set_padded_logits(out, qa_logits(out.sequence_output), start_positions, end_positions);
-  return out;
-}
-
-QAOutput DistilBertForQuestionAnsweringImpl::forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions,
-                                                            const torch::Tensor& end_positions) {
-  QAOutput out;
-  AutocastGuard autocast(options_.autocast_dtype(), features.input_ids.device().type());
-  const VarlenLayout varlen = packed_layout(features);
-  out.sequence_output =
-      distilbert->forward_packed(features.input_ids, features.position_ids, features.offsets, varlen, unit_hooks_);
-  set_packed_logits(out, qa_logits(out.sequence_output), features, varlen, start_positions, end_positions);
-  return out;
+torch::Tensor DistilBertModelImpl::forward_packed(const PackedFeatures& features, const VarlenLayout& varlen, UnitHooks* hooks) {
+  auto hidden = run_unit(hooks, 0, [&] { return embeddings(features.input_ids, features.position_ids); });
+  return transformer(hidden, TokenLayout{{}, features.offsets, varlen}, hooks);
 }
 
 // ---------------------------------------------------------------------------------------------
-// HF's files
+// The QA model
 
 namespace {
 
@@ -274,33 +215,32 @@ bool distilbert_ignored_tensor(const std::string& name) {
          name_starts_with(name, "vocab_projector.") || name_ends_with(name, "embeddings.position_ids");
 }
 
+// HF keeps no buffer of DistilBERT's in its state_dict (position_ids is not persistent).
+QAFamily distilbert_family(const DistilBertConfig& config) {
+  QAFamily family = encoder_family("distilbert", "distilbert", "transformer.layer",
+                                   {config.dim, config.n_layers, config.hidden_dim, config.vocab_size, config.initializer_range},
+                                   config.to_json(), distilbert_model_name, distilbert_ignored_tensor);
+  family.qa_dropout = config.qa_dropout;
+  family.read_config = [](const nlohmann::json& json, const std::string& origin) {
+    return DistilBertConfig::from_json(json, origin).to_json();
+  };
+  family.shape_keys = {"vocab_size", "dim", "n_layers", "n_heads", "hidden_dim", "max_position_embeddings"};
+  return family;
+}
+
+DistilBertModel validated_encoder(const DistilBertConfig& config, const ModelOptions& options) {
+  config.validate("model config");
+  return DistilBertModel(config, options);
+}
+
 }  // namespace
 
-LoadReport DistilBertForQuestionAnsweringImpl::load_state(const SafetensorsFile& checkpoint) {
-  return load_hf_state(*this, checkpoint, {architecture(), distilbert_model_name, distilbert_ignored_tensor});
-}
+DistilBertForQuestionAnsweringImpl::DistilBertForQuestionAnsweringImpl(const DistilBertConfig& config,
+                                                                       const ModelOptions& options)
+    : DistilBertForQuestionAnsweringImpl(config, validated_encoder(config, options), options) {}
 
-std::vector<NamedTensor> DistilBertForQuestionAnsweringImpl::state_to_save() {
-  // HF keeps no buffer of DistilBERT's in its state_dict (position_ids is not persistent).
-  std::vector<NamedTensor> tensors;
-  for (const auto& item : named_parameters())
-    tensors.push_back({item.key(), item.value().detach().to(torch::kCPU, torch::kFloat)});
-  return tensors;
-}
-
-std::string DistilBertForQuestionAnsweringImpl::shape_mismatch(const nlohmann::json& json, const std::string& origin) const {
-  const DistilBertConfig saved = DistilBertConfig::from_json(json, origin);
-  std::ostringstream out;
-  auto compare = [&](const char* key, int64_t x, int64_t y) {
-    if (x != y) out << (out.tellp() > 0 ? ", " : "") << key << " " << x << " (this run: " << y << ")";
-  };
-  compare("vocab_size", saved.vocab_size, config_.vocab_size);
-  compare("dim", saved.dim, config_.dim);
-  compare("n_layers", saved.n_layers, config_.n_layers);
-  compare("n_heads", saved.n_heads, config_.n_heads);
-  compare("hidden_dim", saved.hidden_dim, config_.hidden_dim);
-  compare("max_position_embeddings", saved.max_position_embeddings, config_.max_position_embeddings);
-  return out.str();
-}
+DistilBertForQuestionAnsweringImpl::DistilBertForQuestionAnsweringImpl(const DistilBertConfig& config, DistilBertModel encoder,
+                                                                       const ModelOptions& options)
+    : EncoderForQuestionAnsweringImpl(distilbert_family(config), encoder.ptr(), options), distilbert(encoder), config_(config) {}
 
 }  // namespace mpibert

@@ -11,23 +11,27 @@
 namespace mpibert {
 namespace {
 
+// One row per family: its name as people write it, its QA model from a config, its presets.
 struct ModelType {
+  std::string name;
   std::function<QAModelPtr(const nlohmann::json&, const std::string&, const ModelOptions&)> from_config;
   std::function<nlohmann::ordered_json(const std::string&)> preset_config;
 };
 
+template <class Config, class Model>
+ModelType row(std::string name) {
+  return {std::move(name),
+          [](const nlohmann::json& json, const std::string& origin, const ModelOptions& options) -> QAModelPtr {
+            return Model(Config::from_json(json, origin), options).ptr();
+          },
+          [](const std::string& preset) { return Config::preset(preset).to_json(); }};
+}
+
+// HF's model_type -> the family. A new family is one row here and a file of its own.
 const std::map<std::string, ModelType>& model_types() {
   static const std::map<std::string, ModelType> types = {
-      {"bert",
-       {[](const nlohmann::json& json, const std::string& origin, const ModelOptions& options) -> QAModelPtr {
-          return BertForQuestionAnswering(BertConfig::from_json(json, origin), options).ptr();
-        },
-        [](const std::string& preset) { return BertConfig::preset(preset).to_json(); }}},
-      {"distilbert",
-       {[](const nlohmann::json& json, const std::string& origin, const ModelOptions& options) -> QAModelPtr {
-          return DistilBertForQuestionAnswering(DistilBertConfig::from_json(json, origin), options).ptr();
-        },
-        [](const std::string& preset) { return DistilBertConfig::preset(preset).to_json(); }}},
+      {"bert", row<BertConfig, BertForQuestionAnswering>("BERT")},
+      {"distilbert", row<DistilBertConfig, DistilBertForQuestionAnswering>("DistilBERT")},
   };
   return types;
 }
@@ -46,6 +50,13 @@ const ModelType& model_type_of(const std::string& type, const std::string& origi
 }
 
 }  // namespace
+
+std::string qa_model_names() {
+  std::string names;
+  size_t left = model_types().size();
+  for (const auto& [type, row] : model_types()) names += (names.empty() ? "" : --left == 0 ? " or " : ", ") + row.name;
+  return names;
+}
 
 std::vector<std::string> qa_model_types() {
   std::vector<std::string> types;

@@ -12,9 +12,10 @@
 #include "cast_collectives.hpp"
 #include "flat_groups.hpp"
 #include "gradient_reducer.hpp"
+#include "group_layout.hpp"
+#include "named_parameters.hpp"
 #include "rank_optimizer.hpp"
 #include "sparse_embedding.hpp"
-#include "strategy_parts.hpp"
 
 namespace mpibert {
 namespace {

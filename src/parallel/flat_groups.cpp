@@ -92,4 +92,10 @@ std::vector<size_t> attach_gradient_views(std::vector<FlatGroup>& groups, std::v
   return group_of;
 }
 
+void zero_gradient_buffers(std::vector<FlatGroup>& groups) {
+  torch::NoGradGuard no_grad;
+  for (FlatGroup& group : groups)
+    if (storage_allocated(group.grads)) group.grads.zero_();
+}
+
 }  // namespace mpibert

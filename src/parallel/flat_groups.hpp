@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "named_parameters.hpp"
+
 namespace mpibert {
 
 // A flat buffer's storage can be released and allocated again while views of it (the parameters,
@@ -30,14 +32,8 @@ struct FlatGroup {
   std::vector<int64_t> offsets;  // of each member in the flat buffers
   int64_t numel = 0;             // padded once attach_gradient_views ran
   torch::Tensor grads;           // the members' .grad view it; zero2, fsdp and hsdp release it between uses
-  int64_t shard_numel(int ranks) const { return numel / ranks; }
+  int64_t slice_numel(int ranks) const { return numel / ranks; }
   void add_member(size_t parameter, int64_t parameter_numel);
-};
-
-// The model's parameters, by name, in registration order (the description's).
-struct NamedParameters {
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> tensors;
 };
 
 // Buckets in reverse registration order; a bucket closes when the next parameter would take it
@@ -51,5 +47,8 @@ std::vector<FlatGroup> group_into_units(const NamedParameters& parameters, const
 // Pads each group to a multiple of `ranks` and makes every parameter's .grad a view of its group's
 // buffer (zeroed). Returns each parameter's group.
 std::vector<size_t> attach_gradient_views(std::vector<FlatGroup>& groups, std::vector<torch::Tensor>& parameters, int ranks);
+
+// The groups' gradient buffers zeroed where they are allocated.
+void zero_gradient_buffers(std::vector<FlatGroup>& groups);
 
 }  // namespace mpibert

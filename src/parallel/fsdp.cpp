@@ -10,9 +10,10 @@
 #include "flat_groups.hpp"
 #include "fsdp.hpp"
 #include "gradient_reducer.hpp"
+#include "group_layout.hpp"
+#include "named_parameters.hpp"
 #include "rank_optimizer.hpp"
-#include "shards.hpp"
-#include "strategy_parts.hpp"
+#include "slices.hpp"
 #include "unit_gatherer.hpp"
 
 namespace mpibert {
@@ -26,19 +27,19 @@ Fsdp::Fsdp(const ModelDescription& model, std::shared_ptr<Communicator> job, std
       parameters_(named_parameters(model)) {
   groups_ = group_into_units(parameters_, model.unit_prefixes);
   std::vector<size_t> group_of = attach_gradient_views(groups_, parameters_.tensors, shard_group_->size());
-  shards_ = std::make_unique<Shards>(groups_, parameters_, shard_group_->rank(), shard_group_->size(), /*own_storage=*/true);
-  optimizer_ = std::make_unique<RankOptimizer>(shards_->pieces(), parameters_.tensors.size(), *shard_group_,
+  slices_ = std::make_unique<Slices>(groups_, parameters_, shard_group_->rank(), shard_group_->size(), /*own_storage=*/true);
+  optimizer_ = std::make_unique<RankOptimizer>(slices_->pieces(), parameters_.tensors.size(), *shard_group_,
                                                parameters_.tensors.front().device(), adam);
   if (replicas_ && replicas_->rank() > 0) optimizer_->mark_replica();
-  ShardedGradients::Options reduction;
+  SlicedGradients::Options reduction;
   reduction.job_ranks = job_->size();
   reduction.reduce_dtype = options.reduce_dtype;
   reduction.releases_gradients = true;
   reduction.reduces_every_micro_batch = true;
-  gradients_ = std::make_unique<ShardedGradients>(groups_, *shards_, *shard_group_, replicas_.get(), reduction,
-                                                  [this](const std::shared_ptr<Work>& work, int64_t bytes) {
-                                                    reducer_->record(work, bytes);
-                                                  });
+  gradients_ = std::make_unique<SlicedGradients>(groups_, *slices_, *shard_group_, replicas_.get(), reduction,
+                                                 [this](const std::shared_ptr<Work>& work, int64_t bytes) {
+                                                   reducer_->record(work, bytes);
+                                                 });
   GroupActions actions;
   actions.reduce = [this](size_t u) { return gradients_->reduce(u); };
   actions.gather = [this](size_t u) { gatherer_->gather(u); };
@@ -50,8 +51,9 @@ Fsdp::Fsdp(const ModelDescription& model, std::shared_ptr<Communicator> job, std
   };
   reducer_ = std::make_unique<GradientReducer>(parameters_.tensors, groups_, std::move(group_of), *job_, std::move(actions),
                                                "units are");
-  gatherer_ = std::make_unique<UnitGatherer>(groups_, *shards_, *shard_group_, *reducer_, options.param_dtype,
-                                             options.keep_gathered_for_backward, model.set_unit_hooks);
+  gatherer_ = std::make_unique<UnitGatherer>(groups_, *slices_, *shard_group_, options.param_dtype,
+                                             options.keep_gathered_for_backward, model.set_unit_hooks,
+                                             [this](size_t u) { backward_reaches(u); });
   for (FlatGroup& unit : groups_) release_storage(unit.grads);  // allocated again when the unit's backward starts
   log_layout(name, *job_, options, groups_, "units",
              std::string(" gathered in ") + comm_dtype_name(options.param_dtype) +
@@ -70,7 +72,27 @@ void Fsdp::release_full_parameters() { gatherer_->release_whole(); }
 
 void Fsdp::begin_backward(bool /*synchronize*/) {
   if (reducer_->synchronizing()) reducer_->close_backward();  // the micro-batch before, on accumulation
-  reducer_->begin_backward(/*synchronize=*/true, gatherer_->backward_plan());
+  reducer_->begin_backward(/*synchronize=*/true, backward_plan());
+}
+
+// A backward's plan, from the last unit to the first: the gather of the unit before (prefetched
+// when this one's backward starts), then this unit's reduction (when its backward is done).
+std::vector<PlannedCollective> Fsdp::backward_plan() const {
+  std::vector<PlannedCollective> plan;
+  for (size_t u = groups_.size(); u-- > 0;) {
+    if (u > 0) plan.push_back({PlannedCollective::kGather, u - 1});
+    plan.push_back({PlannedCollective::kReduce, u});
+  }
+  return plan;
+}
+
+// Backward reached unit `u`: its parameters are needed now (gathered, unless the plan could not
+// issue that gather yet: then everything planned before it is issued first), and the unit before
+// it is prefetched.
+void Fsdp::backward_reaches(size_t u) {
+  if (gatherer_->needs_gather(u)) reducer_->issue_through(PlannedCollective::kGather, u);
+  gatherer_->begin_backward(u);
+  if (u > 0) reducer_->mark_ready(PlannedCollective::kGather, u - 1);
 }
 
 void Fsdp::finish_gradient_sync() { reducer_->finish_step(); }
@@ -83,7 +105,7 @@ torch::Tensor Fsdp::clip_and_step(double max_norm, const LearningRate& lr) {
 
 void Fsdp::zero_grad() {
   zero_gradient_buffers(groups_);
-  shards_->zero_gradient_slices();
+  slices_->zero_gradient_slices();
   gradients_->start_step();
 }
 
@@ -93,9 +115,9 @@ std::vector<BucketLayout> Fsdp::bucket_layout() const { return layout_of(groups_
 MemoryFootprint Fsdp::memory_footprint() const {
   MemoryFootprint footprint;
   footprint.optimizer_state = optimizer_->state_bytes();
-  footprint.parameters = shards_->parameter_bytes();
+  footprint.parameters = slices_->parameter_bytes();
   for (const FlatGroup& group : groups_) footprint.gradients += storage_bytes(group.grads);
-  footprint.gradients += shards_->gradient_slice_bytes() + gradients_->incoming_bytes();
+  footprint.gradients += slices_->gradient_slice_bytes() + gradients_->incoming_bytes();
   return footprint;
 }
 

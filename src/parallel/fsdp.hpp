@@ -1,5 +1,5 @@
 // Internal: fsdp's composition, over a shard group of ranks and, where that group is not the whole
-// job, across its replicas (hsdp): the units' gatherer, the reducer, the shards with the reduction
+// job, across its replicas (hsdp): the units' gatherer, the reducer, the slices with the reduction
 // into them, and the optimizer of this rank's slices.
 #pragma once
 
@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "flat_groups.hpp"
+#include "gradient_reducer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 
 namespace mpibert {
 
-class GradientReducer;
-class Shards;
-class ShardedGradients;
+class Slices;
+class SlicedGradients;
 class UnitGatherer;
 
 class Fsdp final : public DataParallel {
@@ -44,12 +44,15 @@ class Fsdp final : public DataParallel {
   Communicator* job() const override { return job_.get(); }
 
  private:
+  std::vector<PlannedCollective> backward_plan() const;
+  void backward_reaches(size_t unit);
+
   std::shared_ptr<Communicator> job_, shard_group_, replicas_;
   NamedParameters parameters_;
   std::vector<FlatGroup> groups_;
-  std::unique_ptr<Shards> shards_;
+  std::unique_ptr<Slices> slices_;
   std::unique_ptr<RankOptimizer> optimizer_;
-  std::unique_ptr<ShardedGradients> gradients_;
+  std::unique_ptr<SlicedGradients> gradients_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<UnitGatherer> gatherer_;
 };

@@ -1,14 +1,11 @@
-// Optimizer state that reshards (DeepSpeed's universal checkpoint): each saved moment is a range
-// of one parameter's flattened elements, "exp_avg.NAME[BEGIN:END]" ("exp_avg.NAME" for a whole
-// parameter). Loading puts every moment this rank holds together from whichever pieces cover it,
-// whatever strategy and number of ranks wrote them.
+#include "optimizer_pieces.hpp"
+
 #include <torch/torch.h>
 
 #include <map>
 #include <optional>
 
 #include "mpibert/core/error.hpp"
-#include "rank_optimizer.hpp"
 
 namespace mpibert {
 namespace {

@@ -1,5 +1,7 @@
 #include "rank_optimizer.hpp"
 
+#include "optimizer_pieces.hpp"
+
 namespace mpibert {
 namespace {
 
@@ -86,6 +88,12 @@ int64_t RankOptimizer::state_bytes() const {
   int64_t bytes = 0;
   for (auto& slot : adamw_.slots()) bytes += static_cast<int64_t>(slot.exp_avg.nbytes() + slot.exp_avg_sq.nbytes());
   return bytes;
+}
+
+std::vector<OptimizedPiece> whole_parameters(const NamedParameters& parameters) {
+  std::vector<OptimizedPiece> pieces;
+  for (size_t k = 0; k < parameters.tensors.size(); ++k) pieces.push_back({parameters.names[k], parameters.tensors[k], k});
+  return pieces;
 }
 
 }  // namespace mpibert

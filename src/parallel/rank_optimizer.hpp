@@ -2,7 +2,7 @@
 // holds: every parameter whole (one process, ddp) or this rank's slices of them (the sharded
 // strategies), and clips by the global gradient norm as torch's clip_grad_norm_ does, over the
 // slices of every rank of the shard group where the rank holds slices. Its state is what
-// checkpoints save and reshard (optimizer_pieces.cpp).
+// checkpoints save and reshard (optimizer_pieces.hpp).
 #pragma once
 
 #include <torch/torch.h>
@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "mpibert/comm/communicator.hpp"
-#include "mpibert/nn/optimizer.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "mpibert/optim/optimizer.hpp"
+#include "named_parameters.hpp"
 
 namespace mpibert {
 
@@ -72,7 +73,7 @@ class RankOptimizer {
   bool replica_ = false;
 };
 
-// Optimizer state by parameter ranges (optimizer_pieces.cpp).
-void load_optimizer_pieces(AdamW& optimizer, const std::vector<SafetensorsFile>& files);
+// Every parameter whole, under its own name: what one process and ddp optimize.
+std::vector<OptimizedPiece> whole_parameters(const NamedParameters& parameters);
 
 }  // namespace mpibert

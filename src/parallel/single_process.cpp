@@ -2,8 +2,9 @@
 // communication.
 #include <torch/torch.h>
 
+#include "group_layout.hpp"
+#include "named_parameters.hpp"
 #include "rank_optimizer.hpp"
-#include "strategy_parts.hpp"
 
 namespace mpibert {
 namespace {

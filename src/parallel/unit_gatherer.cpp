@@ -17,15 +17,16 @@ class GathererHooks : public UnitHooks {
 
 }  // namespace
 
-UnitGatherer::UnitGatherer(std::vector<FlatGroup>& units, Shards& shards, Communicator& shard_group, GradientReducer& reducer,
-                           CommDtype param_dtype, bool keep_for_backward, std::function<void(UnitHooks*)> set_unit_hooks)
+UnitGatherer::UnitGatherer(std::vector<FlatGroup>& units, Slices& slices, Communicator& shard_group, CommDtype param_dtype,
+                           bool keep_for_backward, std::function<void(UnitHooks*)> set_unit_hooks,
+                           std::function<void(size_t)> backward_reaches)
     : units_(units),
-      shards_(shards),
+      slices_(slices),
       shard_group_(shard_group),
-      reducer_(reducer),
       compute_wire_(comm_scalar_type(param_dtype)),
       keep_for_backward_(keep_for_backward),
       set_unit_hooks_(std::move(set_unit_hooks)),
+      backward_reaches_(std::move(backward_reaches)),
       hooks_(std::make_unique<GathererHooks>(*this)),
       gathers_(units.size()) {
   set_unit_hooks_(hooks_.get());
@@ -33,26 +34,17 @@ UnitGatherer::UnitGatherer(std::vector<FlatGroup>& units, Shards& shards, Commun
 
 UnitGatherer::~UnitGatherer() { set_unit_hooks_(nullptr); }
 
-std::vector<PlannedCollective> UnitGatherer::backward_plan() const {
-  std::vector<PlannedCollective> plan;
-  for (size_t u = units_.size(); u-- > 0;) {
-    if (u > 0) plan.push_back({PlannedCollective::kGather, u - 1});
-    plan.push_back({PlannedCollective::kReduce, u});
-  }
-  return plan;
-}
-
 void UnitGatherer::broadcast_from_rank0(Communicator& job) {
   torch::NoGradGuard no_grad;
   std::vector<std::shared_ptr<Work>> works;
   for (size_t u = 0; u < units_.size(); ++u) gather_async(u, unit_dtype());
   for (size_t u = 0; u < units_.size(); ++u) wait_gathered(u);
   for (size_t u = 0; u < units_.size(); ++u)
-    works.push_back(job.broadcast(shards_[u].params, 0, "broadcast of " + units_[u].what));
+    works.push_back(job.broadcast(slices_[u].params, 0, "broadcast of " + units_[u].what));
   for (auto& work : works) work->wait();
   const int rank = shard_group_.rank(), ranks = shard_group_.size();
   for (size_t u = 0; u < units_.size(); ++u)
-    shards_[u].param_shard.copy_(shards_[u].params.narrow(0, units_[u].shard_numel(ranks) * rank, units_[u].shard_numel(ranks)));
+    slices_[u].param_slice.copy_(slices_[u].params.narrow(0, units_[u].slice_numel(ranks) * rank, units_[u].slice_numel(ranks)));
   if (!whole_model_) release_all();
 }
 
@@ -73,10 +65,10 @@ void UnitGatherer::release_whole() {
 }
 
 void UnitGatherer::gather_async(size_t u, torch::ScalarType wire) {
-  Shards::Shard& shard = shards_[u];
+  Slices::Slice& shard = slices_[u];
   if (gathers_[u] || storage_allocated(shard.params)) return;
   allocate_storage(shard.params);
-  gathers_[u] = all_gather_as(wire, shard_group_, shard.param_shard, shard.params, "all-gather of " + units_[u].what);
+  gathers_[u] = all_gather_as(wire, shard_group_, shard.param_slice, shard.params, "all-gather of " + units_[u].what);
 }
 
 void UnitGatherer::wait_gathered(size_t u) {
@@ -95,21 +87,18 @@ void UnitGatherer::release_all() {
 }
 
 void UnitGatherer::release(size_t u) {
-  const Shards::Shard& shard = shards_[u];
+  const Slices::Slice& shard = slices_[u];
   // A gather in flight still writes into the buffer (only on an error path: otherwise it was waited for).
   if (whole_model_ || gathers_[u] || !storage_allocated(shard.params)) return;
   release_storage(shard.params);
 }
 
-// Backward reached unit `u`: its parameters are needed now (gathered, unless the plan could not
-// issue that gather yet: then everything planned before it is issued first), its gradient buffer
-// comes back, and the unit before it is prefetched.
-void UnitGatherer::begin_unit_backward(size_t u) {
-  if (whole_model_) return;
-  if (!storage_allocated(shards_[u].params) && !gathers_[u]) reducer_.issue_through(PlannedCollective::kGather, u);
+bool UnitGatherer::needs_gather(size_t u) const { return !storage_allocated(slices_[u].params) && !gathers_[u]; }
+
+// Unit `u`'s parameters are needed now (its gather was issued), and its gradient buffer comes back.
+void UnitGatherer::begin_backward(size_t u) {
   wait_gathered(u);
   allocate_zeroed_if_released(units_[u].grads);
-  if (u > 0) reducer_.mark_ready(PlannedCollective::kGather, u - 1);
 }
 
 // The unit's parameters gathered, the next unit's gather started behind it.
@@ -125,10 +114,13 @@ void UnitGatherer::before_unit(size_t unit) {
 void UnitGatherer::after_unit(size_t unit, const torch::Tensor& output) {
   if (whole_model_) return;
   const bool backward_follows = torch::GradMode::is_enabled() && output.requires_grad();
-  if (backward_follows) output.register_hook([this, unit](const torch::Tensor&) { begin_unit_backward(unit); });
+  if (backward_follows)
+    output.register_hook([this, unit](const torch::Tensor&) {
+      if (!whole_model_) backward_reaches_(unit);
+    });
   if (!backward_follows || (unit + 1 < units_.size() && !keep_for_backward_)) release(unit);
 }
 
-torch::ScalarType UnitGatherer::unit_dtype() const { return shards_[0].params.scalar_type(); }
+torch::ScalarType UnitGatherer::unit_dtype() const { return slices_[0].params.scalar_type(); }
 
 }  // namespace mpibert

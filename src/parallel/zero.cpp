@@ -11,9 +11,10 @@
 
 #include "flat_groups.hpp"
 #include "gradient_reducer.hpp"
+#include "group_layout.hpp"
+#include "named_parameters.hpp"
 #include "rank_optimizer.hpp"
-#include "shards.hpp"
-#include "strategy_parts.hpp"
+#include "slices.hpp"
 
 namespace mpibert {
 namespace {
@@ -26,17 +27,17 @@ class Zero final : public DataParallel {
     const int ranks = communicator_->size();
     groups_ = group_into_buckets(parameters_.tensors, options.first_bucket_mb, options.bucket_mb, std::nullopt);
     std::vector<size_t> group_of = attach_gradient_views(groups_, parameters_.tensors, ranks);
-    shards_ = std::make_unique<Shards>(groups_, parameters_, communicator_->rank(), ranks, /*own_storage=*/false);
-    optimizer_ = std::make_unique<RankOptimizer>(shards_->pieces(), parameters_.tensors.size(), *communicator_,
+    slices_ = std::make_unique<Slices>(groups_, parameters_, communicator_->rank(), ranks, /*own_storage=*/false);
+    optimizer_ = std::make_unique<RankOptimizer>(slices_->pieces(), parameters_.tensors.size(), *communicator_,
                                                  parameters_.tensors.front().device(), adam);
-    ShardedGradients::Options reduction;
+    SlicedGradients::Options reduction;
     reduction.job_ranks = ranks;
     reduction.reduce_dtype = options.reduce_dtype;
     reduction.releases_gradients = stage == 2;
-    gradients_ = std::make_unique<ShardedGradients>(groups_, *shards_, *communicator_, nullptr, reduction,
-                                                    [this](const std::shared_ptr<Work>& work, int64_t bytes) {
-                                                      reducer_->record(work, bytes);
-                                                    });
+    gradients_ = std::make_unique<SlicedGradients>(groups_, *slices_, *communicator_, nullptr, reduction,
+                                                   [this](const std::shared_ptr<Work>& work, int64_t bytes) {
+                                                     reducer_->record(work, bytes);
+                                                   });
     GroupActions actions;
     actions.reduce = [this](size_t g) { return gradients_->reduce(g); };
     actions.issued = [this] { gradients_->issued(); };
@@ -59,12 +60,12 @@ class Zero final : public DataParallel {
   void finish_gradient_sync() override { reducer_->finish_step(); }
   torch::Tensor clip_and_step(double max_norm, const LearningRate& lr) override {
     torch::Tensor norm = optimizer_->clip_and_step(max_norm, lr);
-    shards_->all_gather_parameters(*communicator_);
+    slices_->all_gather_parameters(*communicator_);
     return norm;
   }
   void zero_grad() override {
     zero_gradient_buffers(groups_);
-    shards_->zero_gradient_slices();
+    slices_->zero_gradient_slices();
     gradients_->start_step();
   }
 
@@ -74,9 +75,9 @@ class Zero final : public DataParallel {
   MemoryFootprint memory_footprint() const override {
     MemoryFootprint footprint;
     footprint.optimizer_state = optimizer_->state_bytes();
-    footprint.parameters = shards_->parameter_bytes();
+    footprint.parameters = slices_->parameter_bytes();
     for (const FlatGroup& group : groups_) footprint.gradients += storage_bytes(group.grads);
-    footprint.gradients += shards_->gradient_slice_bytes() + gradients_->incoming_bytes();
+    footprint.gradients += slices_->gradient_slice_bytes() + gradients_->incoming_bytes();
     return footprint;
   }
 
@@ -88,9 +89,9 @@ class Zero final : public DataParallel {
   std::shared_ptr<Communicator> communicator_;
   NamedParameters parameters_;
   std::vector<FlatGroup> groups_;
-  std::unique_ptr<Shards> shards_;
+  std::unique_ptr<Slices> slices_;
   std::unique_ptr<RankOptimizer> optimizer_;
-  std::unique_ptr<ShardedGradients> gradients_;
+  std::unique_ptr<SlicedGradients> gradients_;
   std::unique_ptr<GradientReducer> reducer_;
 };
 

@@ -10,8 +10,8 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/runtime/device.hpp"
-#include "mpibert/train/batch_forward.hpp"
 #include "mpibert/train/profiling.hpp"
 #include "trainer_impl.hpp"
 

@@ -4,7 +4,7 @@
 # programs load (LibTorch, and the CUDA libraries it links) into /opt/mpibert/lib/mpibert/wheel
 # in the wheel's own layout, points the programs' RUNPATH at them ($ORIGIN-relative) and adds the
 # wheels' license files to /opt/mpibert/share/doc/mpibert/wheels (cmake/mpibertInstall.cmake,
-# cmake/install_wheel_libraries.cmake: the same for any prefix). tools/container/build.sh and the
+# cmake/install_wheel_libraries.cmake: the same for any prefix). tools/container/build_image.sh and the
 # Containerfile's from-source stage run it.
 #   tools/container/stage.sh BUILD_DIR DEST [cpu|all]
 #     cpu (default): the wheel libraries the programs load: enough to run on CPU, and the CUDA

@@ -887,3 +887,20 @@ class CheckKeepsItsRuns(unittest.TestCase):
             write_run(os.path.join(measured, "hsdp"), "hsdp")
             with self.assertRaisesRegex(m.InputError, "hsdp"):
                 m.load_measured(measured)
+
+
+class StrategiesAreThePrograms(unittest.TestCase):
+    """The scaling model's strategies and their traits are those of mpibert's table (`mpibert
+    strategies --json`, MPIBERT_BIN_DIR or build/bin): a strategy added to the program and not to
+    the model, or a trait that disagrees with what a rank holds, fails here."""
+
+    def test_names_and_traits_follow_the_table(self):
+        import subprocess
+        binary = os.path.join(os.environ.get("MPIBERT_BIN_DIR", os.path.join(ROOT, "build", "bin")), "mpibert")
+        rows = json.loads(subprocess.run([binary, "strategies", "--json"], check=True, capture_output=True, text=True).stdout)
+        self.assertEqual(m.STRATEGIES, [row["name"] for row in rows])
+        sharded = tuple(row["name"] for row in rows if row["optimizer_state"] != "whole")
+        units = tuple(row["name"] for row in rows if row["parameters"] != "whole")
+        self.assertEqual(m.SHARDED_STRATEGIES, sharded)
+        self.assertEqual(m.UNIT_STRATEGIES, units)
+        self.assertEqual(m.REDUCE_SCATTER_STRATEGIES, tuple(name for name in sharded if name not in units))

@@ -1,6 +1,7 @@
-// BERT for extractive question answering, HuggingFace's BertForQuestionAnswering in LibTorch, a
-// QuestionAnsweringModel (nn/qa_model.hpp). Submodules are registered under HF's names and in
-// HF's order, so named_parameters() yields exactly HF's state_dict keys
+// BERT for extractive question answering, HuggingFace's BertForQuestionAnswering in LibTorch: the
+// family's config, its HF names and its encoder (BertModel), on the QA model written once
+// (model/encoder_for_qa.hpp). Submodules are registered under HF's names and in HF's order, so
+// named_parameters() yields exactly HF's state_dict keys
 // ("bert.encoder.layer.0.attention.self.query.weight", ...).
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mpibert/model/encoder_for_qa.hpp"
 #include "mpibert/model/encoder_parts.hpp"
 #include "mpibert/nn/model_description.hpp"
 #include "mpibert/nn/qa_model.hpp"
@@ -124,68 +126,33 @@ class BertEncoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertEncoder);
 
-class BertModelImpl : public torch::nn::Module {
+class BertModelImpl : public QAEncoder {
  public:
   BertModelImpl(const BertConfig& config, const ModelOptions& options);
-  // Last hidden state [batch, seq, hidden]; attention_mask is 1 for tokens, 0 for padding. The
-  // embeddings are unit 0 for `hooks`, the layers the units after it.
+  // Last hidden state [batch, seq, hidden]; attention_mask is 1 for tokens, 0 for padding;
+  // token_type_ids undefined: every token of segment 0. The embeddings are unit 0 for `hooks`, the
+  // layers the units after it.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
-                        UnitHooks* hooks = nullptr);
-  // Packed features: ids, token types and positions [tokens]; returns [tokens, hidden]. `varlen`:
-  // the same features for the variable-length kernels (on a GPU; undefined elsewhere).
-  torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
-                               const torch::Tensor& position_ids, const std::vector<int64_t>& feature_offsets,
-                               const VarlenLayout& varlen, UnitHooks* hooks = nullptr);
+                        UnitHooks* hooks = nullptr) {
+    return forward_padded(input_ids, token_type_ids, attention_mask, hooks);
+  }
+  torch::Tensor forward_padded(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                               const torch::Tensor& attention_mask, UnitHooks* hooks) override;
+  torch::Tensor forward_packed(const PackedFeatures& features, const VarlenLayout& varlen, UnitHooks* hooks) override;
   BertEmbeddings embeddings{nullptr};
   BertEncoder encoder{nullptr};
 };
 TORCH_MODULE(BertModel);
 
-class BertForQuestionAnsweringImpl : public torch::nn::Module, public QuestionAnsweringModel {
+class BertForQuestionAnsweringImpl : public EncoderForQuestionAnsweringImpl {
  public:
   explicit BertForQuestionAnsweringImpl(const BertConfig& config, const ModelOptions& options = {});
-  QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
-                   const torch::Tensor& start_positions = {}, const torch::Tensor& end_positions = {}) override;
-  // Packed features; the loss (with positions) leaves out nothing but the absent padding.
-  QAOutput forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions = {},
-                          const torch::Tensor& end_positions = {}) override;
-  // HF's _init_weights: normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, and
-  // the padding row of the word embeddings zeroed. Draws from torch's global generator.
-  void init_weights();
   const BertConfig& config() const { return config_; }
-  const ModelOptions& options() const override { return options_; }
-  // The units in forward order, each named by the prefix of its parameters' names
-  // ("bert.embeddings.", "bert.encoder.layer.0.", ..., "qa_outputs."): the embeddings, each
-  // encoder layer, the QA head, as FSDP's auto-wrap policy for BERT.
-  std::vector<std::string> unit_prefixes() const;
-  // Hooks around the units of every forward from now on (nullptr: none). Not owned.
-  void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
-
-  // QuestionAnsweringModel
-  std::string model_type() const override { return "bert"; }
-  std::string architecture() const override { return "BertForQuestionAnswering"; }
-  torch::nn::Module& module() override { return *this; }
-  nlohmann::ordered_json config_json() const override { return config_.to_json(); }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  ModelDescription description() override;
-  TrainingFlops training_flops() const override;
-  int64_t non_embedding_parameters() const override { return count_non_embedding_parameters(*this); }
-  // Accepts QA checkpoints and plain BertModel / pretraining checkpoints: keys with or without the
-  // "bert." prefix, old "LayerNorm.gamma/beta" names, and the position_ids buffer. MLM/NSP heads
-  // and the pooler are ignored; a missing qa_outputs keeps its fresh initialization.
-  LoadReport load_state(const SafetensorsFile& checkpoint) override;
-  // position_ids included, as HF 4.x saves it.
-  std::vector<NamedTensor> state_to_save() override;
-  std::string shape_mismatch(const nlohmann::json& config, const std::string& origin) const override;
-
   BertModel bert{nullptr};
-  torch::nn::Linear qa_outputs{nullptr};
 
  private:
-  size_t qa_unit() const { return static_cast<size_t>(config_.num_hidden_layers) + 1; }
+  BertForQuestionAnsweringImpl(const BertConfig& config, BertModel encoder, const ModelOptions& options);
   BertConfig config_;
-  ModelOptions options_;
-  UnitHooks* unit_hooks_ = nullptr;
 };
 TORCH_MODULE(BertForQuestionAnswering);
 

@@ -1,5 +1,6 @@
 // DistilBERT for extractive question answering, HuggingFace's DistilBertForQuestionAnswering in
-// LibTorch, a QuestionAnsweringModel (nn/qa_model.hpp). Submodules carry HF's names in HF's order
+// LibTorch: the family's config, HF names and encoder (DistilBertModel) on the QA model written
+// once (model/encoder_for_qa.hpp). Submodules carry HF's names in HF's order
 // ("distilbert.transformer.layer.0.attention.q_lin.weight", ...). Unlike BERT it has no token-type
 // (segment) embeddings: the token_type_ids of a batch are not used. Its blocks are post-LayerNorm
 // like BERT's: attention (q_lin, k_lin, v_lin, out_lin) + residual -> sa_layer_norm, then
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mpibert/model/encoder_for_qa.hpp"
 #include "mpibert/model/encoder_parts.hpp"
 #include "mpibert/nn/model_description.hpp"
 #include "mpibert/nn/qa_model.hpp"
@@ -110,61 +112,27 @@ class DistilBertTransformerImpl : public torch::nn::Module {
 TORCH_MODULE(DistilBertTransformer);
 
 // HF's DistilBertModel: embeddings, then transformer.layer.N. The embeddings are unit 0 for
-// `hooks`, the blocks the units after it.
-class DistilBertModelImpl : public torch::nn::Module {
+// `hooks`, the blocks the units after it; token_type_ids are not used.
+class DistilBertModelImpl : public QAEncoder {
  public:
   DistilBertModelImpl(const DistilBertConfig& config, const ModelOptions& options);
-  // Last hidden state [batch, seq, dim]; attention_mask is 1 for tokens, 0 for padding.
-  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask, UnitHooks* hooks = nullptr);
-  // Packed features: ids and positions [tokens]; returns [tokens, dim].
-  torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                               const std::vector<int64_t>& feature_offsets, const VarlenLayout& varlen,
-                               UnitHooks* hooks = nullptr);
+  torch::Tensor forward_padded(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                               const torch::Tensor& attention_mask, UnitHooks* hooks) override;
+  torch::Tensor forward_packed(const PackedFeatures& features, const VarlenLayout& varlen, UnitHooks* hooks) override;
   DistilBertEmbeddings embeddings{nullptr};
   DistilBertTransformer transformer{nullptr};
 };
 TORCH_MODULE(DistilBertModel);
 
-class DistilBertForQuestionAnsweringImpl : public torch::nn::Module, public QuestionAnsweringModel {
+class DistilBertForQuestionAnsweringImpl : public EncoderForQuestionAnsweringImpl {
  public:
   explicit DistilBertForQuestionAnsweringImpl(const DistilBertConfig& config, const ModelOptions& options = {});
-  // token_type_ids are not used: DistilBERT has no segment embeddings.
-  QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
-                   const torch::Tensor& start_positions = {}, const torch::Tensor& end_positions = {}) override;
-  QAOutput forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions = {},
-                          const torch::Tensor& end_positions = {}) override;
   const DistilBertConfig& config() const { return config_; }
-  const ModelOptions& options() const override { return options_; }
-  // "distilbert.embeddings.", "distilbert.transformer.layer.0.", ..., "qa_outputs.".
-  std::vector<std::string> unit_prefixes() const;
-  void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
-
-  // QuestionAnsweringModel
-  std::string model_type() const override { return "distilbert"; }
-  std::string architecture() const override { return "DistilBertForQuestionAnswering"; }
-  torch::nn::Module& module() override { return *this; }
-  nlohmann::ordered_json config_json() const override { return config_.to_json(); }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  ModelDescription description() override;
-  TrainingFlops training_flops() const override;
-  int64_t non_embedding_parameters() const override { return count_non_embedding_parameters(*this); }
-  // Accepts QA checkpoints, DistilBertModel ones (keys without "distilbert.") and
-  // DistilBertForMaskedLM ones (distilbert-base-uncased: its vocab_transform, vocab_layer_norm and
-  // vocab_projector are ignored, and a missing qa_outputs keeps its fresh initialization).
-  LoadReport load_state(const SafetensorsFile& checkpoint) override;
-  std::vector<NamedTensor> state_to_save() override;
-  std::string shape_mismatch(const nlohmann::json& config, const std::string& origin) const override;
-
   DistilBertModel distilbert{nullptr};
-  torch::nn::Linear qa_outputs{nullptr};
-  torch::nn::Dropout dropout{nullptr};  // qa_dropout, on the last hidden state
 
  private:
-  size_t qa_unit() const { return static_cast<size_t>(config_.n_layers) + 1; }
-  torch::Tensor qa_logits(const torch::Tensor& sequence_output);
+  DistilBertForQuestionAnsweringImpl(const DistilBertConfig& config, DistilBertModel encoder, const ModelOptions& options);
   DistilBertConfig config_;
-  ModelOptions options_;
-  UnitHooks* unit_hooks_ = nullptr;
 };
 TORCH_MODULE(DistilBertForQuestionAnswering);
 

@@ -14,6 +14,8 @@ namespace mpibert {
 
 // HF's model_type of every model mpibert trains, in the order help texts list them.
 std::vector<std::string> qa_model_types();
+// Their names as help texts give them: "BERT or DistilBERT".
+std::string qa_model_names();
 
 // The model_type a config.json builds: its "model_type"; `requested` (--model-type) when given,
 // which must then agree with the config's own model_type where it has one. A config without one

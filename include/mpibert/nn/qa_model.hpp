@@ -24,7 +24,7 @@ namespace mpibert {
 struct ModelOptions {
   // bf16 autocast around the forward pass (for GPUs); float32 is the default and the parity reference.
   bool autocast_bf16 = false;
-  // fp16 autocast instead (GPUs without bf16); training needs loss scaling with it (nn/loss_scaler.hpp).
+  // fp16 autocast instead (GPUs without bf16); training needs loss scaling with it (optim/loss_scaler.hpp).
   bool autocast_fp16 = false;
   // The autocast dtype, if any: kBFloat16, kHalf or nullopt.
   std::optional<at::ScalarType> autocast_dtype() const {

@@ -32,8 +32,8 @@
 
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/nn/model_description.hpp"
-#include "mpibert/nn/optimizer.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "mpibert/optim/optimizer.hpp"
 
 namespace mpibert {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "mpibert/train/evaluate.hpp"
+#include "mpibert/eval/evaluate.hpp"
 #include "mpibert/train/tensorboard.hpp"
 #include "mpibert/train/train_options.hpp"
 

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpibert/data/shards.hpp"
-#include "mpibert/train/evaluate.hpp"
+#include "mpibert/eval/evaluate.hpp"
 #include "mpibert/train/train_options.hpp"
 
 namespace mpibert {

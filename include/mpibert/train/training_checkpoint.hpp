@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "mpibert/core/io.hpp"
-#include "mpibert/nn/loss_scaler.hpp"
-#include "mpibert/nn/lr_schedule.hpp"
 #include "mpibert/nn/qa_model.hpp"
 #include "mpibert/nn/safetensors.hpp"
+#include "mpibert/optim/loss_scaler.hpp"
+#include "mpibert/optim/lr_schedule.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 
 namespace mpibert {

@@ -1,4 +1,4 @@
-#include "shards.hpp"
+#include "slices.hpp"
 
 #include <algorithm>
 
@@ -6,30 +6,30 @@
 
 namespace mpibert {
 
-Shards::Shards(const std::vector<FlatGroup>& groups, NamedParameters& parameters, int rank, int ranks, bool own_storage) {
+Slices::Slices(const std::vector<FlatGroup>& groups, NamedParameters& parameters, int rank, int ranks, bool own_storage) {
   torch::NoGradGuard no_grad;
   for (const FlatGroup& group : groups) {
-    Shard& shard = shards_.emplace_back();
+    Slice& shard = slices_.emplace_back();
     what_.push_back(group.what);
     shard.params = torch::zeros({group.numel}, group.grads.options());
-    const int64_t slice_size = group.shard_numel(ranks), slice_begin = slice_size * rank, slice_end = slice_begin + slice_size;
-    shard.grad_shard = torch::zeros({slice_size}, group.grads.options());
+    const int64_t slice_size = group.slice_numel(ranks), slice_begin = slice_size * rank, slice_end = slice_begin + slice_size;
+    shard.grad_slice = torch::zeros({slice_size}, group.grads.options());
     for (size_t m = 0; m < group.members.size(); ++m) {
       torch::Tensor& parameter = parameters.tensors[group.members[m]];
       torch::Tensor flat = shard.params.narrow(0, group.offsets[m], parameter.numel());
       flat.copy_(parameter.reshape({-1}));
       parameter.set_data(flat.view(parameter.sizes()));
     }
-    shard.param_shard = shard.params.narrow(0, slice_begin, slice_size);
-    if (own_storage) shard.param_shard = shard.param_shard.clone();
+    shard.param_slice = shard.params.narrow(0, slice_begin, slice_size);
+    if (own_storage) shard.param_slice = shard.param_slice.clone();
     for (size_t m = 0; m < group.members.size(); ++m) {
       const size_t member = group.members[m];
       const int64_t numel = parameters.tensors[member].numel();
       const int64_t begin = std::max(slice_begin, group.offsets[m]);
       const int64_t end = std::min(slice_end, group.offsets[m] + numel);
       if (begin >= end) continue;
-      torch::Tensor piece = shard.param_shard.narrow(0, begin - slice_begin, end - begin);
-      piece.mutable_grad() = shard.grad_shard.narrow(0, begin - slice_begin, end - begin);
+      torch::Tensor piece = shard.param_slice.narrow(0, begin - slice_begin, end - begin);
+      piece.mutable_grad() = shard.grad_slice.narrow(0, begin - slice_begin, end - begin);
       const int64_t local = begin - group.offsets[m];
       pieces_.push_back({parameters.names[member] + "[" + std::to_string(local) + ":" + std::to_string(local + end - begin) + "]",
                          piece, member});
@@ -37,39 +37,39 @@ Shards::Shards(const std::vector<FlatGroup>& groups, NamedParameters& parameters
   }
 }
 
-void Shards::all_gather_parameters(Communicator& shard_group) {
+void Slices::all_gather_parameters(Communicator& shard_group) {
   std::vector<std::shared_ptr<Work>> works;
-  for (size_t g = 0; g < shards_.size(); ++g)
-    works.push_back(shard_group.all_gather(shards_[g].param_shard, shards_[g].params, "all-gather of parameters of " + what_[g]));
+  for (size_t g = 0; g < slices_.size(); ++g)
+    works.push_back(shard_group.all_gather(slices_[g].param_slice, slices_[g].params, "all-gather of parameters of " + what_[g]));
   for (auto& work : works) work->wait();
 }
 
-void Shards::zero_gradient_slices() {
+void Slices::zero_gradient_slices() {
   torch::NoGradGuard no_grad;
-  for (Shard& shard : shards_) shard.grad_shard.zero_();
+  for (Slice& shard : slices_) shard.grad_slice.zero_();
 }
 
-int64_t Shards::parameter_bytes() const {
+int64_t Slices::parameter_bytes() const {
   int64_t bytes = 0;
-  for (const Shard& shard : shards_) {
+  for (const Slice& shard : slices_) {
     bytes += storage_bytes(shard.params);
-    if (shard.param_shard.storage().unsafeGetStorageImpl() != shard.params.storage().unsafeGetStorageImpl())
-      bytes += storage_bytes(shard.param_shard);
+    if (shard.param_slice.storage().unsafeGetStorageImpl() != shard.params.storage().unsafeGetStorageImpl())
+      bytes += storage_bytes(shard.param_slice);
   }
   return bytes;
 }
 
-int64_t Shards::gradient_slice_bytes() const {
+int64_t Slices::gradient_slice_bytes() const {
   int64_t bytes = 0;
-  for (const Shard& shard : shards_) bytes += storage_bytes(shard.grad_shard);
+  for (const Slice& shard : slices_) bytes += storage_bytes(shard.grad_slice);
   return bytes;
 }
 
-ShardedGradients::ShardedGradients(std::vector<FlatGroup>& groups, Shards& shards, Communicator& shard_group,
-                                   Communicator* replicas, Options options,
-                                   std::function<void(const std::shared_ptr<Work>&, int64_t)> record)
+SlicedGradients::SlicedGradients(std::vector<FlatGroup>& groups, Slices& slices, Communicator& shard_group,
+                                 Communicator* replicas, Options options,
+                                 std::function<void(const std::shared_ptr<Work>&, int64_t)> record)
     : groups_(groups),
-      shards_(shards),
+      slices_(slices),
       shard_group_(shard_group),
       replicas_(replicas),
       options_(options),
@@ -78,14 +78,14 @@ ShardedGradients::ShardedGradients(std::vector<FlatGroup>& groups, Shards& shard
       incoming_(groups.size()),
       targets_(groups.size()) {}
 
-IssuedReduction ShardedGradients::reduce(size_t g) {
+IssuedReduction SlicedGradients::reduce(size_t g) {
   FlatGroup& group = groups_[g];
   allocate_zeroed_if_released(group.grads);  // no gradient reached the group this time
   group.grads.div_(options_.job_ranks);      // average as DDP does: divide, then sum
   // A later micro-batch of a step (fsdp, hsdp) lands beside the slice; closed() adds it.
   targets_[g] = options_.reduces_every_micro_batch && reduced_micro_batches_ > 0
-                    ? (incoming_[g] = torch::empty_like(shards_[g].grad_shard))
-                    : shards_[g].grad_shard;
+                    ? (incoming_[g] = torch::empty_like(slices_[g].grad_slice))
+                    : slices_[g].grad_slice;
   reduce_scatters_[g] = reduce_scatter_sum_as(wire(), shard_group_, group.grads, targets_[g], "reduce-scatter of " + group.what);
   if (options_.releases_gradients) awaiting_release_.push_back(g);
   if (replicas_ && replicas_in_issue_order()) all_reduce_across_replicas(/*wait=*/true);  // the groups before g
@@ -93,7 +93,7 @@ IssuedReduction ShardedGradients::reduce(size_t g) {
   return {reduce_scatters_[g], wire_bytes(wire(), group.grads)};
 }
 
-void ShardedGradients::issued() {
+void SlicedGradients::issued() {
   release_reduced(/*end_of_backward=*/false);
   if (replicas_ && !replicas_in_issue_order()) all_reduce_across_replicas(/*wait=*/false);
 }
@@ -106,13 +106,13 @@ void ShardedGradients::issued() {
 // plan's order on every rank, its wait ordering only the device (the previous group's
 // reduce-scatter is normally done by then). MPI runs a thread per communicator, so there an
 // all-reduce goes as soon as its reduce-scatter is done, never holding the host.
-bool ShardedGradients::replicas_in_issue_order() const { return replicas_->capabilities().device_streams; }
+bool SlicedGradients::replicas_in_issue_order() const { return replicas_->capabilities().device_streams; }
 
 // A CUDA gradient buffer goes as soon as its reduce-scatter is issued: the communicator keeps what
 // it still reads (NCCL: the caching allocator holds the memory for its stream; MPI: its host copy).
 // Waiting for the reduce-scatter here would stall the compute stream (NCCL) or the host (MPI) in
 // the middle of backward. On the CPU, MPI reads the buffer itself: it goes once the transfer is done.
-void ShardedGradients::release_reduced(bool end_of_backward) {
+void SlicedGradients::release_reduced(bool end_of_backward) {
   auto released = [&](size_t g) {
     const FlatGroup& group = groups_[g];
     if (!end_of_backward && !group.grads.is_cuda() && !reduce_scatters_[g]->done()) return false;
@@ -125,7 +125,7 @@ void ShardedGradients::release_reduced(bool end_of_backward) {
 // Across the replicas, in group order on every rank, each group's after its reduce-scatter, so that
 // the slice holds this group's sum before it travels: `wait` issues every queued group (waiting
 // for its reduce-scatter), else only those whose reduce-scatter is done.
-void ShardedGradients::all_reduce_across_replicas(bool wait) {
+void SlicedGradients::all_reduce_across_replicas(bool wait) {
   size_t issued = 0;
   for (; issued < replica_queue_.size(); ++issued) {
     const size_t g = replica_queue_[issued];
@@ -140,7 +140,7 @@ void ShardedGradients::all_reduce_across_replicas(bool wait) {
 
 // The reducer waited for every reduce-scatter: the replicas' all-reduces are issued and waited for,
 // the full gradients freed, and a later micro-batch's slices added.
-void ShardedGradients::closed() {
+void SlicedGradients::closed() {
   if (replicas_) {
     all_reduce_across_replicas(/*wait=*/true);
     for (auto& work : replica_reductions_) work->wait();
@@ -149,13 +149,13 @@ void ShardedGradients::closed() {
   release_reduced(/*end_of_backward=*/true);
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (!incoming_[g].defined()) continue;
-    shards_[g].grad_shard.add_(incoming_[g]);
+    slices_[g].grad_slice.add_(incoming_[g]);
     incoming_[g] = torch::Tensor();
   }
   ++reduced_micro_batches_;
 }
 
-int64_t ShardedGradients::incoming_bytes() const {
+int64_t SlicedGradients::incoming_bytes() const {
   int64_t bytes = 0;
   for (const auto& incoming : incoming_) bytes += storage_bytes(incoming);
   return bytes;

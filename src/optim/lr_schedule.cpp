@@ -1,4 +1,4 @@
-#include "mpibert/nn/lr_schedule.hpp"
+#include "mpibert/optim/lr_schedule.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "mpibert/nn/optimizer.hpp"
+#include "mpibert/optim/optimizer.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds mpibert's OCI image (tools/container/Containerfile) with podman, as root.
-#   bash tools/container/build.sh [--from-source] [--libs cpu|all] [--base IMAGE] [--tag TAG]
+#   bash tools/container/build_image.sh [--from-source] [--libs cpu|all] [--base IMAGE] [--tag TAG]
 # Default: the programs of build/ (scripts/build.sh mpibert mpibert-prep; run first if missing),
 # installed with `cmake --install` into build/container/stage/opt/mpibert by
 # tools/container/stage.sh together with the torch wheel's libraries, become the image's

@@ -4,8 +4,8 @@
 # sample on 2 ranks (scripts/sample_shards.sh) and its mpibert training and evaluating on 2 ranks
 # (configs/main_job.toml), into results/container-main. Ends with EM/F1 as scripts/main_job.sh
 # does: on the same machine they are the same.
-#   tools/container/main_job.sh [IMAGE]   (default localhost/mpibert:latest)
-# PODMAN and PODMAN_ARGS (`podman run` options here) as for tools/container/build.sh.
+#   tools/container/main_job_in_image.sh [IMAGE]   (default localhost/mpibert:latest)
+# PODMAN and PODMAN_ARGS (`podman run` options here) as for tools/container/build_image.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 image=${1:-localhost/mpibert:latest}

@@ -1,14 +1,14 @@
-#include "mpibert/train/evaluate.hpp"
+#include "mpibert/eval/evaluate.hpp"
 
 #include <optional>
 #include <sstream>
 
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/batching.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 #include "mpibert/eval/squad_metrics.hpp"
 #include "mpibert/nn/host_to_device.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
-#include "mpibert/train/batch_forward.hpp"
 
 namespace mpibert {
 namespace {

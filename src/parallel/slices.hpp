@@ -1,6 +1,6 @@
 // Internal: the parts the sharded strategies (zero1, zero2, fsdp, hsdp) are made of, besides the
-// reducer: this rank's 1/N slice of every group (Shards), and the reduction of a group's gradients
-// into that slice (ShardedGradients). N is the shard group's size: every rank (zero1, zero2,
+// reducer: this rank's 1/N slice of every group (Slices), and the reduction of a group's gradients
+// into that slice (SlicedGradients). N is the shard group's size: every rank (zero1, zero2,
 // fsdp), or the ranks of one node (hsdp), whose slices are then replicated across the groups.
 #pragma once
 
@@ -21,21 +21,21 @@ namespace mpibert {
 // Each group's parameters in one flat buffer (every parameter a view into it) and this rank's
 // slice of it and of its reduced gradient. The optimizer updates the slices; the buffers are whole
 // again after an all-gather.
-class Shards {
+class Slices {
  public:
-  struct Shard {
+  struct Slice {
     torch::Tensor params;       // the members' data view it; fsdp releases it outside its unit
-    torch::Tensor param_shard;  // this rank's slice of params: a view of it, or its own storage (own_storage)
-    torch::Tensor grad_shard;   // this rank's slice of the reduced gradient
+    torch::Tensor param_slice;  // this rank's slice of params: a view of it, or its own storage (own_storage)
+    torch::Tensor grad_slice;   // this rank's slice of the reduced gradient
   };
 
   // `rank` of the shard group's `ranks`. `own_storage`: the slices are copies (fsdp, whose full
   // buffers come and go), else views of the full buffers.
-  Shards(const std::vector<FlatGroup>& groups, NamedParameters& parameters, int rank, int ranks, bool own_storage);
+  Slices(const std::vector<FlatGroup>& groups, NamedParameters& parameters, int rank, int ranks, bool own_storage);
 
-  Shard& operator[](size_t group) { return shards_[group]; }
-  const Shard& operator[](size_t group) const { return shards_[group]; }
-  size_t size() const { return shards_.size(); }
+  Slice& operator[](size_t group) { return slices_[group]; }
+  const Slice& operator[](size_t group) const { return slices_[group]; }
+  size_t size() const { return slices_.size(); }
   // What this rank's optimizer updates: the pieces of its slices that fall in each parameter
   // ("NAME[BEGIN:END]", its gradient a view of the reduced slice). None where every slice is padding.
   const std::vector<OptimizedPiece>& pieces() const { return pieces_; }
@@ -47,7 +47,7 @@ class Shards {
   int64_t gradient_slice_bytes() const;
 
  private:
-  std::vector<Shard> shards_;
+  std::vector<Slice> slices_;
   std::vector<std::string> what_;
   std::vector<OptimizedPiece> pieces_;
 };
@@ -58,7 +58,7 @@ class Shards {
 // order after its reduce-scatter (when, depends on the backend: replicas_in_issue_order). Optionally the full gradient buffer is
 // freed once no reduction reads it (zero2, fsdp, hsdp), and later micro-batches of a step land beside the slice and are added
 // once done (fsdp, hsdp: they reduce every micro-batch).
-class ShardedGradients {
+class SlicedGradients {
  public:
   struct Options {
     int job_ranks = 1;  // the average's divisor
@@ -68,8 +68,8 @@ class ShardedGradients {
   };
   // `replicas`: the communicator across shard groups (null where one group holds every rank).
   // `record`: how issued collectives outside the reducer's plan are accounted (the reducer's record).
-  ShardedGradients(std::vector<FlatGroup>& groups, Shards& shards, Communicator& shard_group, Communicator* replicas,
-                   Options options, std::function<void(const std::shared_ptr<Work>&, int64_t)> record);
+  SlicedGradients(std::vector<FlatGroup>& groups, Slices& slices, Communicator& shard_group, Communicator* replicas,
+                  Options options, std::function<void(const std::shared_ptr<Work>&, int64_t)> record);
 
   // GroupActions of the reducer.
   IssuedReduction reduce(size_t group);
@@ -86,7 +86,7 @@ class ShardedGradients {
   bool replicas_in_issue_order() const;
 
   std::vector<FlatGroup>& groups_;
-  Shards& shards_;
+  Slices& slices_;
   Communicator& shard_group_;
   Communicator* replicas_;
   Options options_;

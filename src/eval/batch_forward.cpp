@@ -1,4 +1,4 @@
-#include "mpibert/train/batch_forward.hpp"
+#include "mpibert/eval/batch_forward.hpp"
 
 namespace mpibert {
 

@@ -1,4 +1,4 @@
-#include "mpibert/nn/loss_scaler.hpp"
+#include "mpibert/optim/loss_scaler.hpp"
 
 #include <cmath>
 #include <stdexcept>
