@@ -17,6 +17,7 @@
 
 #include <torch/cuda.h>
 
+#include "encoder_families.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/process.hpp"
 #include "mpibert/nn/safetensors.hpp"
@@ -162,6 +163,35 @@ TEST_F(DataParallelRun, DistilBertOnTwoRanksMatchesOneRank) {
   std::cout << "DistilBERT, 2 ranks fsdp resumed on 1 rank vs 1 rank: max |difference| " << difference << "\n";
   EXPECT_LT(difference, 1e-5);
 }
+
+// Every family of tests/encoder_families.hpp through the command: fsdp on 2 ranks stopped after
+// step 1 and resumed on 1 rank (its checkpoint resharded over the family's own units) ends where
+// 1 rank ends with the same global batch.
+class FamilyDataParallelRun : public DataParallelRun, public ::testing::WithParamInterface<test::EncoderFamily> {};
+
+TEST_P(FamilyDataParallelRun, FsdpCheckpointReshardsOntoOneRank) {
+  const test::EncoderFamily& family = GetParam();
+  test::TempDir runs;
+  nlohmann::json config = family.config(0.0);
+  config["vocab_size"] = 30522;  // the shards' WordPiece ids
+  if (config.contains("max_position_embeddings")) config["max_position_embeddings"] = 514;
+  const std::string name = family.fixture + ".json";
+  test::write_text(data_->file(name), config.dump());
+  auto one = train(0, runs.file("one"), "--batch-size 12 --max-steps 2", "", name);
+  ASSERT_EQ(one.exit_status, 0) << one.output;
+  const std::string resharded = runs.file("resharded");
+  auto first = train(2, resharded, "--batch-size 6 --max-steps 2 --stop-after-steps 1 --strategy fsdp", "", name);
+  ASSERT_EQ(first.exit_status, 0) << first.output;
+  auto second = train(0, resharded, "--batch-size 12 --max-steps 2 --resume auto", "", name);
+  ASSERT_EQ(second.exit_status, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+  const double difference =
+      max_difference(checkpoint(runs.file("one"), 2) + "/model.safetensors", checkpoint(resharded, 2) + "/model.safetensors");
+  std::cout << family.fixture << ", 2 ranks fsdp resumed on 1 rank vs 1 rank: max |difference| " << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyDataParallelRun, ::testing::ValuesIn(test::encoder_families()), test::family_test_name);
 
 // With gradient accumulation, the sharded strategies end where ddp does, and hold less per rank
 // between steps: zero1 half the optimizer state, zero2 also half the gradients, fsdp also half the

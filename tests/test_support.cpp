@@ -150,7 +150,7 @@ bool has_zero_true_gradient(const std::string& name, int64_t num_hidden_layers) 
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   const std::string last_layer = "layer." + std::to_string(num_hidden_layers - 1) + ".";
-  return ends_with("qa_outputs.bias") || ends_with("attention.self.key.bias") ||
+  return ends_with("qa_outputs.bias") || name == "classifier.bias" || ends_with("attention.self.key.bias") ||
          ends_with(last_layer + "output.LayerNorm.bias") || ends_with("attention.k_lin.bias") ||
          ends_with(last_layer + "output_layer_norm.bias");  // DistilBERT's names
 }

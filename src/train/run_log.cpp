@@ -49,20 +49,22 @@ RunLog::RunLog(const std::string& output_dir, bool writer, int world_size, bool 
   if (!metrics_) throw InputError(describe(path, "", std::string("cannot open for appending: ") + std::strerror(errno)));
 }
 
-void RunLog::add_options(const TrainOptions& options) {
+void RunLog::add_options(const TrainOptions& options, const std::string& model_type, const std::string& architecture) {
   if (!tensorboard_) return;
   nlohmann::ordered_json args;
   std::map<std::string, TensorBoardWriter::HParam> hparams;
-  for_each_train_option(options, [&](const TrainOptionField& field, const auto& value) {
-    const nlohmann::ordered_json json = option_json(value);
-    args[field.name] = json;
+  auto add = [&](const std::string& name, const nlohmann::ordered_json& json) {
+    args[name] = json;
     if (json.is_boolean())
-      hparams[field.name] = json.get<bool>();
+      hparams[name] = json.get<bool>();
     else if (json.is_number())
-      hparams[field.name] = json.get<double>();
+      hparams[name] = json.get<double>();
     else
-      hparams[field.name] = json.get<std::string>();
-  });
+      hparams[name] = json.get<std::string>();
+  };
+  for_each_train_option(options, [&](const TrainOptionField& field, const auto& value) { add(field.name, option_json(value)); });
+  add("model_type", model_type);
+  add("architecture", architecture);
   tensorboard_->add_text("args", args.dump(2));
   tensorboard_->add_hparams(hparams);
   tensorboard_->flush();

@@ -52,7 +52,7 @@ Trainer::Trainer(const TrainOptions& options) : options_(options) {
   set_up_parallel();
   log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, options_.report_to == ReportTo::kTensorBoard,
                                   device_);
-  log_->add_options(options_);
+  log_->add_options(options_, model().model_type(), model().architecture());
 }
 
 // Setup each rank does alone (any rank's failure stops all of them with one message), then the

@@ -53,7 +53,9 @@ class RunLog {
 
   // The run's options for TensorBoard: as text under "args" (HF's TensorBoardCallback writes its
   // TrainingArguments so) and as the hparams plugin's hyperparameters.
-  void add_options(const TrainOptions& options);
+  // `model_type` and `architecture`: the model the run trains (config.json's, whether or not
+  // --model-type named it), so that the hparams name the family.
+  void add_options(const TrainOptions& options, const std::string& model_type, const std::string& architecture);
 
   // Keeps the step until the next flush(). `step_time` and `samples_per_second` are the host's view,
   // exact on a CPU and at flushes on a GPU (flush() waits for the device). A loss or norm that is
