@@ -37,6 +37,8 @@ inline const std::vector<EncoderFamily>& encoder_families() {
       {"roberta", "roberta", "RobertaForQuestionAnswering", bert_like},
       {"xlm-roberta", "xlm-roberta", "XLMRobertaForQuestionAnswering", bert_like},
       {"electra", "electra", "ElectraForQuestionAnswering", bert_like},
+      {"deberta-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like},
+      {"deberta-v2", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like},
   };
   return table;
 }

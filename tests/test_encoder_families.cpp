@@ -211,12 +211,15 @@ TEST_P(FamilyParity, ReplaysTheHuggingFaceRun) {
             << "\n";
 }
 
-// bf16 and fp16 autocast on the CPU against HF's float32: logits within 1e-2, every gradient
-// within 2% (relative L2 over the model), the bounds of the BERT fixture's bf16 test.
+// bf16 and fp16 autocast on the CPU against HF's float32: logits within 1e-2 (or within 1.5 x
+// what HF's own autocast moves them, where that is more: ModernBERT's logits are ten times BERT's,
+// its classifier starting at hidden_size^-1/2), every gradient within 2% (relative L2 over the
+// model), the bounds of the BERT fixture's bf16 test.
 TEST_P(FamilyParity, ReducedPrecisionStaysCloseToHuggingFacesFloat32) {
   const Family& family = GetParam();
   const SafetensorsFile batch = SafetensorsFile::open(fixture(family, "batch.safetensors"));
   const SafetensorsFile expected = SafetensorsFile::open(fixture(family, "expected.safetensors"));
+  const auto trajectory = nlohmann::json::parse(read_file(fixture(family, "trajectory.json")));
   for (const bool bf16 : {true, false}) {
     ModelOptions options;
     (bf16 ? options.autocast_bf16 : options.autocast_fp16) = true;
@@ -233,11 +236,12 @@ TEST_P(FamilyParity, ReducedPrecisionStaysCloseToHuggingFacesFloat32) {
       reference += want.pow(2).sum().item<double>();
     }
     const double gradients = std::sqrt(difference / reference);
+    const double hf_own = trajectory["hf_autocast_logits_max_abs_diff"][bf16 ? "bf16" : "fp16"];
     EXPECT_GT(logits, 0.0) << (bf16 ? "bf16" : "fp16");  // the reduced precision really ran
-    EXPECT_LE(logits, 1e-2) << (bf16 ? "bf16" : "fp16");
+    EXPECT_LE(logits, std::max(1e-2, 1.5 * hf_own)) << (bf16 ? "bf16" : "fp16");
     EXPECT_LE(gradients, 0.02) << (bf16 ? "bf16" : "fp16");
-    std::cout << "  " << family.fixture << (bf16 ? " bf16" : " fp16") << ": logits max |diff| " << logits
-              << ", gradients relative L2 " << gradients << "\n";
+    std::cout << "  " << family.fixture << (bf16 ? " bf16" : " fp16") << ": logits max |diff| " << logits << " (HF's own "
+              << hf_own << "), gradients relative L2 " << gradients << "\n";
   }
 }
 

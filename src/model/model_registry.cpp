@@ -6,6 +6,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/deberta_v2_qa.hpp"
 #include "mpibert/model/distilbert_qa.hpp"
 #include "mpibert/model/electra_qa.hpp"
 #include "mpibert/model/roberta_qa.hpp"
@@ -33,6 +34,7 @@ ModelType row(std::string name) {
 const std::map<std::string, ModelType>& model_types() {
   static const std::map<std::string, ModelType> types = {
       {"bert", row<BertConfig, BertForQuestionAnswering>("BERT")},
+      {"deberta-v2", row<DebertaV2Config, DebertaV2ForQuestionAnswering>("DeBERTa-v2/v3")},
       {"distilbert", row<DistilBertConfig, DistilBertForQuestionAnswering>("DistilBERT")},
       {"electra", row<ElectraConfig, ElectraForQuestionAnswering>("ELECTRA")},
       {"roberta", row<RobertaConfig, RobertaForQuestionAnswering>("RoBERTa")},
