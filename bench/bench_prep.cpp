@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   int repeats = 3;
   CLI::App app{"mpibert-prep throughput"};
   app.add_option("--input", options.input)->required();
-  app.add_option("--vocab", options.vocab)->required();
+  app.add_option("--tokenizer,--vocab", options.tokenizer, "a model directory, a tokenizer.json or a vocab.txt")->required();
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--max-seq-length", options.params.max_seq_length)->capture_default_str();
   app.add_option("--doc-stride", options.params.doc_stride)->capture_default_str();

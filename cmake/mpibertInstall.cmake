@@ -80,7 +80,7 @@ macro(mpibert_install_rpath)
       list(APPEND CMAKE_INSTALL_RPATH "$ORIGIN/${_bin_to_prefix}/${MPIBERT_WHEEL_INSTALL_DIR}/${_below}")
     endforeach()
     set(_others ${MPI_C_LIBRARIES} ${HDF5_C_LIBRARIES} ${ZLIB_LIBRARIES} ${Protobuf_LIBRARIES})
-    foreach(_target spdlog::spdlog fmt::fmt mpibert::utf8proc)
+    foreach(_target spdlog::spdlog fmt::fmt mpibert::utf8proc mpibert::pcre2)
       if(TARGET ${_target})
         get_target_property(_aliased ${_target} ALIASED_TARGET)
         if(NOT _aliased)  # found, not built here

@@ -1,4 +1,4 @@
-// mpibert-prep: `mpirun -n N mpibert-prep --input F --vocab V --out DIR --split train|eval`
+// mpibert-prep: `mpirun -n N mpibert-prep --input F --tokenizer T --out DIR --split train|eval`
 //               `mpibert-prep inspect DIR`
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -19,7 +19,12 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Turns SQuAD JSON into HDF5 feature shards, one per MPI rank."};
   app.add_option("--input", options.input, "SQuAD v1.1/v2.0 JSON, plain or .gz");
-  app.add_option("--vocab", options.vocab, "WordPiece vocab.txt");
+  std::string vocab;
+  auto* tokenizer = app.add_option("--tokenizer", options.tokenizer,
+                                   "the model's tokenizer: its directory (tokenizer.json, or vocab.txt, vocab.json + merges.txt, "
+                                   "spm.model, sentencepiece.bpe.model, with tokenizer_config.json) or a tokenizer.json");
+  app.add_option("--vocab", vocab, "an uncased BERT's WordPiece vocab.txt (the shortcut of --tokenizer for it)")
+      ->excludes(tokenizer);
   app.add_option("--out", options.out_dir, "output directory");
   app.add_option("--split", options.split, "train or eval")->capture_default_str();
   app.add_option("--max-seq-length", options.params.max_seq_length)
@@ -81,11 +86,16 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  for (const auto* name : {"--input", "--vocab", "--out"})
+  for (const auto* name : {"--input", "--out"})
     if (app.count(name) == 0) {
       std::cerr << "mpibert-prep: " << name << " is required\n" << app.help();
       return 2;
     }
+  if (options.tokenizer.empty() && vocab.empty()) {
+    std::cerr << "mpibert-prep: --tokenizer (or --vocab) is required\n" << app.help();
+    return 2;
+  }
+  if (options.tokenizer.empty()) options.tokenizer = vocab;
 
   // A write past RLIMIT_FSIZE must fail with EFBIG and be reported, not kill the rank silently.
   std::signal(SIGXFSZ, SIG_IGN);

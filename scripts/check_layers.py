@@ -39,7 +39,7 @@ LAYERS = {
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h", ".cc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 # Headers the build generates (protoc's), which no checkout holds.
-GENERATED = {"tensorboard_event.pb.h"}
+GENERATED = {"tensorboard_event.pb.h", "sentencepiece_model.pb.h"}
 # The layers that must know no concrete model, and what declares one in the model layer.
 MODEL_AGNOSTIC = ("train", "eval", "cli")
 TORCH_MODULE = re.compile(r"\bTORCH_MODULE\((\w+)\)")

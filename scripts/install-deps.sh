@@ -9,7 +9,7 @@
 #    needs the way the build finds it (cmake/probe: the build's own find_package, pkg-config and
 #    mpicc searches), names what is missing and where it looked, and downloads the release
 #    archives of the small libraries that are missing (spdlog, fmt, CLI11, nlohmann-json,
-#    utf8proc: cmake/pinned_dependencies.cmake, their SHA-256 checked) into
+#    utf8proc, PCRE2: cmake/pinned_dependencies.cmake, their SHA-256 checked) into
 #    MPIBERT_DEPENDENCY_ARCHIVES (default .deps/), from which the build builds them, network or not.
 # Both ways then install into the project's virtual environment .venv/:
 #  - LibTorch: PyTorch's wheel from PyPI (torch==2.11.0, the version of the GPU image, built for
@@ -32,7 +32,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libhdf5-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev
-  nlohmann-json3-dev libutf8proc-dev zlib1g-dev
+  nlohmann-json3-dev libutf8proc-dev libpcre2-dev zlib1g-dev
   libprotobuf-dev protobuf-compiler
   python3-venv
 )

@@ -31,14 +31,14 @@ class TrainOptions : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new test::TempDir();
-    test::prepare_shards(data_->file("train"), test::squad_v1_path(), 0, 24, "train", /*record_vocab_digest=*/true);
-    test::prepare_shards(data_->file("eval"), test::squad_v1_path(), 24, 8, "eval", true);
-    test::prepare_shards(data_->file("train-v2"), test::squad_v2_path(), 0, 24, "train", true);
-    // Evaluation shards of another vocabulary: the manifest records another digest.
-    test::prepare_shards(data_->file("eval-other-vocab"), test::squad_v1_path(), 24, 8, "eval", true);
+    test::prepare_shards(data_->file("train"), test::squad_v1_path(), 0, 24, "train");
+    test::prepare_shards(data_->file("eval"), test::squad_v1_path(), 24, 8, "eval");
+    test::prepare_shards(data_->file("train-v2"), test::squad_v2_path(), 0, 24, "train");
+    // Evaluation shards of another tokenizer: the manifest records another digest.
+    test::prepare_shards(data_->file("eval-other-vocab"), test::squad_v1_path(), 24, 8, "eval");
     auto manifest = nlohmann::json::parse(read_file(data_->file("eval-other-vocab/manifest.json")));
-    manifest["vocab"]["sha256"] = std::string(64, '0');
-    manifest["vocab"]["path"] = "other/vocab.txt";
+    manifest["tokenizer"]["sha256"] = std::string(64, '0');
+    manifest["tokenizer"]["path"] = "other/vocab.txt";
     test::write_text(data_->file("eval-other-vocab/manifest.json"), manifest.dump());
     // Evaluation shards of another sequence length, as mpibert-prep makes them.
     const std::string prep = test::bin_dir() + "/mpibert-prep ";
@@ -196,7 +196,7 @@ TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) 
        "--gradient-accumulation: 8: an optimizer step needs that many micro-batches, but an epoch "
        "gives rank 0 only 6 (24 of the 24 features in batches of 4)"},
       {"--eval-shards " + data_->file("eval-256"), "prepared with max_seq_length 256, the training shards with 384"},
-      {"--eval-shards " + data_->file("eval-other-vocab"), "prepared with another vocabulary (other/vocab.txt)"},
+      {"--eval-shards " + data_->file("eval-other-vocab"), "manifest.json: prepared with another tokenizer (WordPiece"},
       // run_qa's --version_2_with_negative against what the shards hold, naming both.
       {"--version_2_with_negative", "--version-2-with-negative asks for SQuAD v2.0, but " + data_->file("train") +
                                         " (prepared from " + test::squad_v1_path() + ") holds no question without an answer"},

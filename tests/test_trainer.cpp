@@ -87,7 +87,7 @@ class Trainer : public ::testing::Test {
     o.eval_dir = data_->file("eval");
     o.output_dir = output_dir;
     o.model_config = data_->file("config.json");
-    o.vocab = test::vocab_path();
+    o.tokenizer = test::vocab_path();
     o.epochs = 2;
     o.batch_size = 8;
     o.learning_rate = 1e-3;
@@ -692,12 +692,12 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
         << e.what();
   }
   o.model_config = data_->file("config.json");
-  o.vocab = test::write_other_vocab(run.file("vocab.txt"));
+  o.tokenizer = test::write_other_vocab(run.file("vocab.txt"));
   try {
     train(o);
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoint trained with another vocab"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("prepared with another tokenizer"), std::string::npos) << e.what();
   }
 }
 
@@ -897,27 +897,27 @@ TEST_F(Trainer, OnlyCheckpointAndDigitsNamesAreCheckpoints) {
     EXPECT_TRUE(fs::exists(run.file(name))) << name;
 }
 
-// Shards from mpibert-prep record their vocab's digest: training them with another vocab.txt of
-// the same size (a model's own, say) would silently feed token ids that mean other words.
-TEST_F(Trainer, RefusesAVocabOtherThanTheShardsWerePreparedWith) {
+// Shards from mpibert-prep record their tokenizer's digest: training them with another vocab.txt
+// of the same size (a model's own, say) would silently feed token ids that mean other words.
+TEST_F(Trainer, RefusesATokenizerOtherThanTheShardsWerePreparedWith) {
   test::TempDir run;
-  test::prepare_shards(run.file("train"), test::squad_v1_path(), 0, 8, "train", /*record_vocab_digest=*/true);
+  test::prepare_shards(run.file("train"), test::squad_v1_path(), 0, 8, "train");
   TrainOptions o = options(run.file("out"));
   o.train_dir = run.file("train");
   o.eval_dir.clear();
   o.stop_after_steps = 1;
-  o.vocab = test::write_other_vocab(run.file("vocab.txt"));
+  o.tokenizer = test::write_other_vocab(run.file("vocab.txt"));
   try {
     train(o);
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(run.file("vocab.txt") + ": is not the vocabulary " + run.file("train") +
-                                         " was prepared with"),
+    EXPECT_NE(std::string(e.what()).find(run.file("train") + "/manifest.json: prepared with another tokenizer"),
               std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("mpibert-prep --tokenizer " + run.file("vocab.txt")), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(run.file("out/results.json")));
-  o.vocab = test::vocab_path();  // the same vocabulary trains
+  o.tokenizer = test::vocab_path();  // the same tokenizer trains
   train(o);
   EXPECT_TRUE(fs::exists(run.file("out/checkpoint-1")));
 }

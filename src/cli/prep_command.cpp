@@ -9,10 +9,11 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/time.hpp"
+#include "mpibert/data/features.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/data/shards.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
-#include "mpibert/text/tokenizer.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -39,7 +40,8 @@ std::string parameter_difference(const ShardHeader& existing, const ShardHeader&
     return differs("parameters", show(existing.params), show(wanted.params));
   }
   if (existing.input_sha256 != wanted.input_sha256) return differs("input sha256", existing.input_sha256, wanted.input_sha256);
-  if (existing.vocab_sha256 != wanted.vocab_sha256) return differs("vocab sha256", existing.vocab_sha256, wanted.vocab_sha256);
+  if (existing.tokenizer_sha256 != wanted.tokenizer_sha256)
+    return differs("tokenizer sha256", existing.tokenizer_sha256, wanted.tokenizer_sha256);
   return {};
 }
 
@@ -87,17 +89,18 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
   // Every rank hits the same errors, so only the lowest failing rank reports.
   ShardHeader header;
   SquadDataset data;
-  std::unique_ptr<WordPieceTokenizer> tokenizer;
+  std::unique_ptr<HfTokenizer> tokenizer;
   std::string error;
   try {
     if (options.split != "train" && options.split != "eval")
       throw InputError(describe("--split", options.split, "must be train or eval"));
-    tokenizer = std::make_unique<WordPieceTokenizer>(Vocab::load(options.vocab));
+    tokenizer = std::make_unique<HfTokenizer>(HfTokenizer::load(options.tokenizer));
+    context_type_id(*tokenizer);  // a tokenizer whose features mpibert cannot build is refused here
     data = read_squad(options.input);
     header.split = options.split;
     header.params = options.params;
     header.input_sha256 = sha256_file(options.input);
-    header.vocab_sha256 = sha256_file(options.vocab);
+    header.tokenizer_sha256 = tokenizer->digest();
     header.tool_version = MPIBERT_VERSION;
     header.shard_index = rank;
     header.num_shards = world_size;
@@ -110,8 +113,8 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
     if (failed == rank) spdlog::error("{}", error);
     return 1;
   }
-  spdlog::info("read {}: SQuAD {} with {} articles, {} questions; vocab {} ({} tokens)", options.input, data.version,
-               data.articles.size(), data.examples.size(), options.vocab, tokenizer->vocab().size());
+  spdlog::info("read {}: SQuAD {} with {} articles, {} questions; tokenizer {} ({} tokens)", options.input, data.version,
+               data.articles.size(), data.examples.size(), tokenizer->description(), tokenizer->vocab_size());
 
   // Phase 2, this rank's share: features of whole articles, written under a temporary name.
   const auto [first_article, num_articles] = partition_articles(data.articles, world_size)[static_cast<size_t>(rank)];
@@ -160,9 +163,12 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
       manifest.params = options.params;
       manifest.input_path = options.input;
       manifest.input_sha256 = header.input_sha256;
-      manifest.vocab_path = options.vocab;
-      manifest.vocab_sha256 = header.vocab_sha256;
-      manifest.vocab_size = static_cast<int64_t>(tokenizer->vocab().size());
+      manifest.tokenizer_path = options.tokenizer;
+      manifest.tokenizer_sha256 = header.tokenizer_sha256;
+      manifest.tokenizer_kind = tokenizer->description();
+      manifest.vocab_size = static_cast<int64_t>(tokenizer->vocab_size());
+      manifest.pad_id = tokenizer->pad_id();
+      manifest.context_type_id = context_type_id(*tokenizer);
       for (int r = 0; r < world_size; ++r) {
         ShardEntry entry{shard_file_name(r, world_size), counts[3 * r], counts[3 * r + 1], counts[3 * r + 2]};
         manifest.num_examples += entry.num_examples;

@@ -1,4 +1,5 @@
 #include "mpibert/train/option_checks.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -238,9 +239,9 @@ void remove_earlier_run(const std::string& output_dir) {
   for (const char* name :
        {"metrics.jsonl", "results.json", "all_results.json", "train_results.json", "eval_results.json", "trainer_state.json",
         "predictions.json", "nbest_predictions.json", "null_odds.json", "eval_predictions.json", "eval_nbest_predictions.json",
-        "eval_null_odds.json", "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_config.toml",
-        "tensorboard", "profile"})
+        "eval_null_odds.json", "config.json", "model.safetensors", "train_config.toml", "tensorboard", "profile"})
     fs::remove_all(fs::path(output_dir) / name);
+  for (const std::string& name : tokenizer_file_names()) fs::remove_all(fs::path(output_dir) / name);
 }
 
 // mpibert-prep keeps each question's is_impossible: v2.0 data shows as questions without an

@@ -8,7 +8,8 @@
 namespace mpibert {
 
 struct PrepOptions {
-  std::string input, vocab, out_dir;
+  std::string input, out_dir;
+  std::string tokenizer;        // a model directory, a tokenizer.json or a vocab.txt (HfTokenizer::load)
   std::string split = "train";  // "train" or "eval": recorded, and checked by the trainer
   FeatureParams params;
   bool overwrite = false;  // replace shards made with other parameters

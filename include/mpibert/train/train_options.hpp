@@ -49,7 +49,7 @@ struct TrainOptions {
   std::string model_dir;              // HF model directory to start from; empty: random init
   std::string model_config;           // config.json for random init (when model_dir is empty)
   std::string model_type;             // HF's model_type to build ("bert", "distilbert"); empty: config.json's
-  std::string vocab;                  // vocab.txt, copied into checkpoints
+  std::string tokenizer;              // the run's tokenizer (HfTokenizer::load: a vocab.txt too), copied into checkpoints
   std::string resume;                 // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
   bool overwrite_output_dir = false;  // replace an earlier run in output_dir (option_checks.hpp)
   std::string config_record;          // written as output_dir/train_config.toml once setup succeeded
@@ -132,7 +132,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"model", "--model,--model_name_or_path", kDescribed}, o.model_dir);
   visit(F{"model_config", "--model-config", kLocal}, o.model_config);  // described by its content
   visit(F{"model_type", "--model-type", kDescribed}, o.model_type);
-  visit(F{"vocab", "--vocab", kLocal}, o.vocab);  // described by its digest
+  visit(F{"tokenizer", "--tokenizer,--vocab", kLocal}, o.tokenizer);  // described by its digest
   visit(F{"resume", "--resume,--resume_from_checkpoint", kDescribed}, o.resume);
   visit(F{"overwrite_output_dir", "--overwrite-output-dir,--overwrite_output_dir", kDescribed}, o.overwrite_output_dir);
   // Each rank checks its shards against these (the ranks agree on failures); the shards are described.
