@@ -225,6 +225,19 @@ class MlflowReporting(unittest.TestCase):
         self.assertEqual(sorted({line["step"] for line in metrics_lines(out)}), [1, 2, 3, 4, 5, 6])
         self.assert_history_is_the_run(self.client, out, run_id)
 
+    def test_a_nested_run_goes_under_its_parent(self):
+        experiment = self.client.create_experiment("nested")
+        parent = self.client.create_run(experiment, run_name="sweep").info.run_id
+        out = self.tmp / "nested"
+        train(out, "--max-steps", "1", "--report-to", "mlflow", "--run-name", "trial-1",
+              env=environment(MLFLOW_TRACKING_URI=self.server.uri, MLFLOW_RUN_ID=parent, MLFLOW_NESTED_RUN="true"))
+        child = self.client.get_run(report(out)["trackers"]["mlflow"]["run_id"])
+        self.assertNotEqual(child.info.run_id, parent)
+        self.assertEqual(child.info.experiment_id, experiment)
+        self.assertEqual(child.data.tags["mlflow.parentRunId"], parent)
+        self.assertEqual(child.info.run_name, "trial-1")
+        self.assertEqual(self.client.get_run(parent).data.params, {})  # the parent is left as it was
+
     def test_a_server_lost_mid_run_costs_the_run_nothing_and_the_rest_is_sent_later(self):
         from mlflow.tracking import MlflowClient
         directory = self.tmp / "lost"
