@@ -179,12 +179,16 @@ std::string MlflowTracker::finish(const nlohmann::ordered_json& results, RunEnd 
     const nlohmann::json metrics = mlflow_metrics(final_line, results["global_step"].get<int64_t>(), now_ms());
     queue_->push(metrics.get<std::vector<nlohmann::json>>());
   }
+  // A failed job does not wait long: its failure must reach the other ranks promptly.
+  const bool failed = end == RunEnd::kFailed;
   const SendQueue::Outcome outcome =
-      queue_->finish(end == RunEnd::kFailed ? std::chrono::milliseconds(5000) : std::chrono::milliseconds(kQueueFinishTime));
+      queue_->finish(failed ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(kQueueFinishTime));
   unsent_ = outcome.unsent;
   std::string status_error;
   try {
-    MlflowApi api(settings_);
+    MlflowSettings settings = settings_;
+    if (failed) settings.http.connect_timeout_ms = settings.http.timeout_ms = 2000;
+    MlflowApi api(settings);
     const char* status = end == RunEnd::kCompleted ? "FINISHED" : end == RunEnd::kStopped ? "KILLED" : "FAILED";
     api.post("/runs/update", {{"run_id", run_id_}, {"status", status}, {"end_time", now_ms()}});
   } catch (const std::exception& error) {
