@@ -87,7 +87,8 @@ RunDescription Trainer::describe_for_trackers() const {
       {"global_batch_size", options_.batch_size * options_.gradient_accumulation * ranks_.size},
       {"train_samples", store_->num_features()},
       {"strategy", strategy},
-      {"model_type", model().model_type()}};
+      {"model_type", model().model_type()},
+      {"run_name", run.run_name}};
   run.params = tracker_params(options_, model().config_json(), resolved);
   const nlohmann::ordered_json device = describe_device(device_);
   run.tags = {{"model_type", model().model_type()},
