@@ -307,6 +307,19 @@ class MlflowReporting(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("--report-to mlflow: MLFLOW_TRACKING_URI is not set", result.stdout + result.stderr)
         self.assertFalse(out.exists())
+        # HF's switches: naming the tracker they turn off is refused, `all` leaves it out.
+        result = train(out, "--max-steps", "2", "--report-to", "mlflow", check=False,
+                       env=environment(MLFLOW_TRACKING_URI=self.server.uri, DISABLE_MLFLOW_INTEGRATION="TRUE"))
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("--report-to mlflow: DISABLE_MLFLOW_INTEGRATION is set", result.stdout + result.stderr)
+        self.assertFalse(out.exists())
+        result = train(out, "--max-steps", "1", "--report-to", "all", env=environment(
+            MLFLOW_TRACKING_URI=self.server.uri, DISABLE_MLFLOW_INTEGRATION="true", WANDB_DISABLED="true"))
+        output = result.stdout + result.stderr
+        self.assertIn("--report-to all: not reporting to mlflow: DISABLE_MLFLOW_INTEGRATION is set", output)
+        self.assertIn("--report-to all: not reporting to wandb: WANDB_DISABLED is set", output)
+        self.assertEqual(report(out)["trackers"], {})
+        self.assertTrue(list((out / "tensorboard").glob("events.out.tfevents.*")))
 
 
 def inspect(offline_dir, *options):

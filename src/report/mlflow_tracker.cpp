@@ -9,6 +9,7 @@
 #include <set>
 
 #include "mpibert/core/error.hpp"
+#include "mpibert/report/report_to.hpp"
 #include "mpibert/report/send_queue.hpp"
 
 namespace mpibert {
@@ -23,12 +24,6 @@ constexpr std::chrono::seconds kQueueFinishTime{30};
 std::string environment(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
-}
-
-bool environment_true(const char* name) {
-  std::string value = environment(name);
-  std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::toupper(c); });
-  return value == "1" || value == "TRUE" || value == "YES" || value == "ON";
 }
 
 int64_t now_ms() {

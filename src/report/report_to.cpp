@@ -1,11 +1,20 @@
 #include "mpibert/report/report_to.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <sstream>
 
 #include "mpibert/core/error.hpp"
 
 namespace mpibert {
+
+bool environment_true(const char* variable) {
+  const char* value = std::getenv(variable);
+  std::string upper = value ? value : "";
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  return upper == "1" || upper == "TRUE" || upper == "YES" || upper == "ON";
+}
 
 const std::vector<std::string>& tracker_names() {
   static const std::vector<std::string> names = {"tensorboard", "mlflow", "wandb"};

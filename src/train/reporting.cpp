@@ -99,18 +99,36 @@ nlohmann::ordered_json earlier_trackers(const std::string& output_dir) {
   return record["trackers"];
 }
 
+namespace {
+
+// HF's switches that turn an integration off: `all` leaves it out, naming it refuses the run.
+bool switched_off(bool named, const char* tracker, const char* variable) {
+  if (!environment_true(variable)) return false;
+  if (named)
+    throw InputError(std::string("--report-to ") + tracker + ": " + variable + " is set, which turns " + tracker +
+                     " off: unset it, or leave " + tracker + " out of --report-to");
+  spdlog::info("--report-to all: not reporting to {}: {} is set", tracker, variable);
+  return true;
+}
+
+}  // namespace
+
 Trackers connect_remote_trackers(const TrainOptions& options, const RunDescription& run, const std::string& program) {
-  const ReportTo to = parse_report_to(options.report_to, train_option_field(options, options.report_to).flag());
+  ReportTo to = parse_report_to(options.report_to, train_option_field(options, options.report_to).flag());
   Trackers trackers;
   const char* uri = std::getenv("MLFLOW_TRACKING_URI");
-  if (to.mlflow || (to.all && uri && *uri)) {
+  const bool mlflow_off = (to.mlflow || to.all) && switched_off(to.mlflow, "mlflow", "DISABLE_MLFLOW_INTEGRATION");
+  const bool wandb_off = (to.wandb || to.all) && switched_off(to.wandb, "wandb", "WANDB_DISABLED");
+  if (mlflow_off) to.mlflow = false;
+  if (wandb_off) to.wandb = false;
+  if (to.mlflow || (to.all && !mlflow_off && uri && *uri)) {
     const MlflowSettings settings = MlflowSettings::from_environment();
     check_mlflow_server(settings);
     trackers.add(connect_mlflow(settings, run));
-  } else if (to.all) {
+  } else if (to.all && !mlflow_off) {
     spdlog::info("--report-to all: not reporting to MLflow: MLFLOW_TRACKING_URI is not set");
   }
-  if (to.wandb || to.all) {
+  if (to.wandb || (to.all && !wandb_off)) {
     const auto command = find_companion(program);
     if (!command && to.wandb)
       throw InputError(

@@ -58,7 +58,7 @@ class Trainer {
   void set_up_parallel();
   CheckpointContext checkpoint_context() const;
   // What the trackers are told, and their end (reporting.hpp; trainer_setup.cpp, run_record.cpp).
-  RunDescription describe_for_trackers() const;
+  RunDescription describe_for_trackers();
   Trackers connect_trackers();
   void finish_reporting(const nlohmann::ordered_json& results, RunEnd end);
   // The loop (trainer.cpp).

@@ -71,7 +71,7 @@ Trackers Trainer::connect_trackers() {
 
 // The run as trackers show it: its name, the parameters (HF's names, what they resolved to, the
 // model's config), the tags trackers filter by, and on a resume the earlier job's tracker runs.
-RunDescription Trainer::describe_for_trackers() const {
+RunDescription Trainer::describe_for_trackers() {
   RunDescription run;
   run.output_dir = options_.output_dir;
   fs::path dir = fs::absolute(options_.output_dir).lexically_normal();
@@ -88,7 +88,8 @@ RunDescription Trainer::describe_for_trackers() const {
       {"train_samples", store_->num_features()},
       {"strategy", strategy},
       {"model_type", model().model_type()},
-      {"run_name", run.run_name}};
+      {"run_name", run.run_name},
+      {"num_parameters", count_parameters(model().module())}};
   run.params = tracker_params(options_, model().config_json(), resolved);
   const nlohmann::ordered_json device = describe_device(device_);
   run.tags = {{"model_type", model().model_type()},

@@ -14,6 +14,10 @@ struct ReportTo {
   bool all = false;
 };
 
+// Whether an environment variable is set to what HF's integrations read as true (1, true, yes, on;
+// any case): MLFLOW_NESTED_RUN, WANDB_DISABLED, DISABLE_MLFLOW_INTEGRATION, ...
+bool environment_true(const char* variable);
+
 // The trackers mpibert reports to, in the order of --report-to's help.
 const std::vector<std::string>& tracker_names();
 
