@@ -5,13 +5,17 @@
 # (offline: the companion process on the same cores), alternating, ROUNDS rounds. Prints a line per
 # run and a table of the means: the steps' seconds and samples/s (results.json's
 # train_step_seconds, train_step_samples_per_second) and the mean logged step time. The runs go to
-# OUT (default results/report-cost, not kept by git). docs/benchmarks.md has the figures.
-#   bash bench/report_cost.sh [ROUNDS] [OUT]
+# OUT (default results/report-cost, not kept by git). OPTIONS are more `mpibert train` options,
+# which win over the main job's (the worst case for reporting: a metrics line every step of a small
+# model, "--model-config tests/fixtures/model/config.json --logging-steps 1 --max-steps 300").
+# docs/benchmarks.md has the figures.
+#   bash bench/report_cost.sh [ROUNDS] [OUT] [OPTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 rounds=${1:-3}
 out=${2:-results/report-cost}
+read -r -a options <<< "${3:-}"
 python=${MPIBERT_TOOLS_PYTHON:-.venv/bin/python3}
 export MPIBERT_TOOLS_PYTHON=$python
 rm -rf "$out"
@@ -29,7 +33,7 @@ train() {  # NAME REPORT_TO [VAR=VALUE...]
   shift 2
   env "$@" mpirun -n 2 --bind-to none build/bin/mpibert train --config configs/main_job.toml \
     --train-shards "$out/sample/shards/train" --eval-shards "$out/sample/shards/eval" --output-dir "$out/$name" \
-    --report-to "$report_to" --log-level warn > "$out/$name.log" 2>&1
+    --report-to "$report_to" --log-level warn "${options[@]}" > "$out/$name.log" 2>&1
   "$python" - "$out/$name" <<'PY'
 import json, sys
 run = sys.argv[1]
