@@ -75,6 +75,8 @@ if(MPIBERT_FINDING_PACKAGE)
     set_target_properties(mpibert::hdf5 PROPERTIES INTERFACE_LINK_LIBRARIES "${_mpibert_hdf5_libraries}")
   endif()
   find_dependency(ZLIB)
+  find_dependency(CURL)
+  find_dependency(Threads)
   find_dependency(Protobuf)
   # The packages of those the build built from their pinned release are in this prefix; the others
   # are searched for as usual, this prefix first. fmt before spdlog, whose config looks for it.
@@ -265,6 +267,13 @@ mpibert_require(ZLIB "zlib (FindZLIB: zlib.h and libz under ${MPIBERT_LOOKED}, o
 if(ZLIB_FOUND)
   mpibert_report("found: zlib ${ZLIB_VERSION_STRING} (${ZLIB_LIBRARIES})")
 endif()
+# libcurl: MLflow's REST API (src/report/http_client.cpp). Clusters have it (curl is everywhere),
+# its headers in a libcurl-devel package or a module; Debian's libcurl4-openssl-dev.
+mpibert_require(CURL "libcurl (FindCURL: curl/curl.h and libcurl under ${MPIBERT_LOOKED}, or CURL_ROOT): Debian's libcurl4-openssl-dev, or a site's module")
+if(CURL_FOUND)
+  mpibert_report("found: libcurl ${CURL_VERSION_STRING} (${CURL_LIBRARIES})")
+endif()
+find_package(Threads REQUIRED)
 mpibert_require(Protobuf "protobuf's libprotobuf and protoc (FindProtobuf: under ${MPIBERT_LOOKED}, protoc on PATH): Debian's libprotobuf-dev and protobuf-compiler, or a site's module")
 if(Protobuf_FOUND)
   mpibert_report("found: protobuf ${Protobuf_VERSION} (${Protobuf_LIBRARIES}, protoc ${Protobuf_PROTOC_EXECUTABLE})")

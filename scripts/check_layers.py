@@ -33,8 +33,9 @@ LAYERS = {
     "parallel": ["core", "runtime", "comm", "nn", "optim"],  # the data-parallel strategies, knowing no BERT
     "model": ["core", "text", "nn"],                     # BERT-QA, HF model dirs, FLOPs
     "eval": ["core", "text", "data", "runtime", "nn"],    # the model on batches, evaluation, answer extraction, the metrics
-    "train": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval"],  # the model on batches, evaluation, trainer
-    "cli": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "train"],  # the subcommands
+    "report": ["core"],                                  # the trackers: their interface, MLflow over REST, the W&B companion
+    "train": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "report"],  # the trainer
+    "cli": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "report", "train"],  # the subcommands
 }
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h", ".cc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)

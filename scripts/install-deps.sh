@@ -19,7 +19,9 @@
 #    and the tools' launchers (tools/launch.sh) read too; a cluster's own LibTorch is given to CMake instead (-DTorch_DIR or
 #    -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
 #  - the analysis tools (tools/: tools/compare, tools/scaling-model) as the package mpibert-tools,
-#    with matplotlib and PyYAML from PyPI at the versions of tools/constraints.txt.
+#    with matplotlib and PyYAML from PyPI at the versions of tools/constraints.txt, and its
+#    trackers' part (mpibert-report: W&B's SDK wandb, MLflow's client) with MLflow's tracking server
+#    (mlflow: the tests start one), at the versions pinned there too.
 # On a fresh machine PyPI's download (about 4.5 GB) runs while apt installs the Debian packages.
 #   scripts/install-deps.sh [--no-root] [--with-sanitizers]
 # (--with-reports, which installed Debian's python3-matplotlib, is still accepted: the tools and
@@ -33,7 +35,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev
   nlohmann-json3-dev libutf8proc-dev libpcre2-dev zlib1g-dev
-  libprotobuf-dev protobuf-compiler
+  libprotobuf-dev protobuf-compiler libcurl4-openssl-dev
   python3-venv
 )
 no_root=0
@@ -177,7 +179,8 @@ if [ -n "$torch_pid" ]; then
 fi
 
 # The analysis tools, editable: the launchers in tools/ and the console scripts run this
-# checkout's code with the plotting libraries pinned in tools/constraints.txt.
+# checkout's code with the plotting libraries pinned in tools/constraints.txt; with the trackers'
+# part (mpibert-report: wandb, MLflow's client) and MLflow's server, which the tests run.
 if ! "$venv/bin/python3" - tools/constraints.txt <<'PY' 2>/dev/null
 import importlib.metadata as m, sys
 m.version("mpibert-tools")
@@ -188,8 +191,8 @@ for line in open(sys.argv[1]):
         assert m.version(name) == version, name
 PY
 then
-  echo "install-deps: installing the analysis tools (tools/, mpibert-tools) and their plotting libraries into $venv"
-  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -c tools/constraints.txt setuptools -e ./tools
+  echo "install-deps: installing the analysis tools (tools/, mpibert-tools), their plotting libraries, wandb and mlflow into $venv"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -c tools/constraints.txt setuptools -e './tools[trackers]' mlflow
 fi
 [ "${MPIBERT_SKIP_TORCH:-0}" = 1 ] && exit 0
 

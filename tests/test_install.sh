@@ -61,7 +61,7 @@ start=$(date +%s)
 # --- 1. the install ------------------------------------------------------------------------------
 cmake --install "$build" --prefix "$prefix" > "$work/install.log" 2>&1 || { cat "$work/install.log"; fail "cmake --install $build"; }
 for f in bin/mpibert bin/mpibert-prep lib/libmpibert_core.a lib/libmpibert_train.a lib/libmpibert_cli.a \
-         include/mpibert/text/tokenizer.hpp include/mpibert/train/trainer.hpp \
+         include/mpibert/text/hf_tokenizer.hpp include/mpibert/train/trainer.hpp \
          lib/cmake/mpibert/mpibertConfig.cmake lib/cmake/mpibert/mpibertConfigVersion.cmake \
          lib/cmake/mpibert/mpibertTargets.cmake share/doc/mpibert/LICENSE share/doc/mpibert/THIRD_PARTY_NOTICES.md \
          share/modulefiles/mpibert/0.1.0.lua lib/mpibert/wheel/torch/lib/libtorch_cpu.so \

@@ -170,7 +170,11 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--warmup_steps 1.5e0", "--warmup-steps: 1.5e0: a whole number of steps"},
       {"--warmup_steps 1e3x", "--warmup-steps: 1e3x: a whole number of steps"},
       {"--max_grad_norm -1", "--max-grad-norm: -1: must be at least 0"},
-      {"--report_to wandb", "--report-to: wandb not in {tensorboard,none}"},
+      {"--report_to comet_ml",
+       "--report-to: comet_ml: not a tracker mpibert reports to (tensorboard, mlflow, wandb; or all, or none)"},
+      {"--report-to wandbx", "--report-to: wandbx: not a tracker mpibert reports to"},
+      {"--report-to none,mlflow", "--report-to: none,mlflow: none stands alone"},
+      {"--report-to tensorboard,all", "--report-to: tensorboard,all: all stands alone"},
       {"--eval_strategy sometimes", "--eval-strategy: sometimes not in {steps,epoch,no}"},
       {"--eval_strategy epoch", "--eval-strategy: epoch: evaluates on --eval-shards, which is not given"},
       {"--eval_strategy steps --logging_steps 0", "--eval-strategy steps: give --eval-steps (HF falls back to --logging-steps"},
@@ -279,7 +283,8 @@ TEST(TrainOptionRecords, OnlyProvablyLocalOptionsAreLeftOutOfTheRunDescription) 
       "vocab",  // described by their content
       "max_seq_length",
       "doc_stride",              // each rank checks its shards against them
-      "report_to",               // rank 0 alone writes events
+      "report_to",               // rank 0 alone reports
+      "run_name",                // rank 0's trackers alone name the run
       "dataloader_num_workers",  // accepted, unused
       "profile",
       "profile_wait",

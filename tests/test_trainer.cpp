@@ -33,7 +33,7 @@ namespace fs = std::filesystem;
 // meta device stands in for the second device a CPU-only machine lacks.
 TEST(RunLog, StepValuesOffTheLogsDeviceAreRefusedAtTheStep) {
   test::TempDir run;
-  RunLog log(run.path(), /*writer=*/true, /*world_size=*/1, /*tensorboard=*/false, torch::kCPU);
+  RunLog log(run.path(), /*writer=*/true, /*world_size=*/1, Trackers{}, torch::kCPU);
   auto step = [](int64_t number, const torch::Device& norm_device, float norm) {
     StepRecord record;
     record.step = number;

@@ -399,8 +399,13 @@ void ModelCommands::Impl::add_record_options() {
 
   add.group = "Logging";
   add(o.logging_steps, "a training line (and TensorBoard scalars) every N steps")->capture_default_str();
-  add.choice(o.report_to, {ReportTo::kTensorBoard, ReportTo::kNone},
-             "tensorboard (events in OUTPUT/tensorboard/: scalars, the options as text and hparams) or none");
+  add(o.report_to,
+      "where the run is reported besides its files (HF's report_to): tensorboard (events in OUTPUT/tensorboard/), mlflow "
+      "(a tracking server: MLFLOW_TRACKING_URI), wandb (Weights & Biases, live or offline: WANDB_MODE), a list of them "
+      "(tensorboard,mlflow), all or none; configured by HF's environment variables (docs/training.md)")
+      ->delimiter(',')
+      ->capture_default_str();
+  add(o.run_name, "the run's name in MLflow and W&B (HF's run_name; default: the output directory's name)");
   c->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str()->group(add.group);
   c->add_flag("--log-all-ranks", log_all_ranks, "log info lines from every rank, not only rank 0")->group(add.group);
   add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");

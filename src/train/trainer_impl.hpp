@@ -22,6 +22,7 @@
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/text/hf_tokenizer.hpp"
+#include "mpibert/train/reporting.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/step_graphs.hpp"
 #include "mpibert/train/stop_signals.hpp"
@@ -58,6 +59,10 @@ class Trainer {
   void set_up_schedule();
   void set_up_parallel();
   CheckpointContext checkpoint_context() const;
+  // What the trackers are told, and their end (reporting.hpp; trainer_setup.cpp, run_record.cpp).
+  RunDescription describe_for_trackers();
+  Trackers connect_trackers();
+  void finish_reporting(const nlohmann::ordered_json& results, RunEnd end);
   // The loop (trainer.cpp).
   bool steps_left_in_epoch() const;
   // Epochs done after optimizer step `step` (fractional).
@@ -101,6 +106,7 @@ class Trainer {
   std::shared_ptr<Communicator> communicator_;
   std::unique_ptr<DataParallel> parallel_;
   std::unique_ptr<RunLog> log_;
+  RunDescription report_run_;                  // rank 0: what its trackers were told (RUN/report.json)
   std::optional<TokenBuckets> token_buckets_;  // --cuda-graphs: the packed batches' fixed shapes
   std::unique_ptr<StepGraphs> step_graphs_;
   std::optional<EvalResult> last_eval_;

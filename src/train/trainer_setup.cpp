@@ -8,6 +8,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/core/process.hpp"
 #include "mpibert/model/encoder_parts.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/model_registry.hpp"
@@ -44,16 +45,68 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const nlohmann::or
 Trainer::Trainer(const TrainOptions& options) : options_(options) {
   set_up_model_and_data();
   set_up_schedule();
+  Trackers trackers = connect_trackers();
   // Setup succeeded on every rank: now the run directory is written.
   if (ranks_.root()) {
     if (options_.overwrite_output_dir) remove_earlier_run(options_.output_dir);
     fs::create_directories(options_.output_dir);
     if (!options_.config_record.empty()) write_file_atomic(options_.output_dir + "/train_config.toml", options_.config_record);
+    if (auto tensorboard = make_tensorboard_tracker(options_)) trackers.add(std::move(tensorboard));
+    write_report_file(report_run_, trackers);
   }
   set_up_parallel();
-  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, options_.report_to == ReportTo::kTensorBoard,
-                                  device_);
-  log_->add_options(options_);
+  trackers.start();
+  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, std::move(trackers), device_);
+}
+
+// Rank 0's trackers of --report-to that report over a network or a companion, connected before
+// anything is written: one that cannot be reached ends the job on every rank, naming it.
+Trackers Trainer::connect_trackers() {
+  Trackers trackers;
+  if (ranks_.root()) report_run_ = describe_for_trackers();
+  agree_on(ranks_, [&] {
+    if (ranks_.root()) trackers = connect_remote_trackers(options_, report_run_, "/proc/self/exe");
+  });
+  return trackers;
+}
+
+// The run as trackers show it: its name, the parameters (HF's names, what they resolved to, the
+// model's config), the tags trackers filter by, and on a resume the earlier job's tracker runs.
+RunDescription Trainer::describe_for_trackers() {
+  RunDescription run;
+  run.output_dir = options_.output_dir;
+  fs::path dir = fs::absolute(options_.output_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "runs/a/"
+  run.run_name = options_.run_name.empty() ? dir.filename().string() : options_.run_name;
+  const std::string strategy = checkpoint_context().strategy;
+  const nlohmann::ordered_json resolved = {
+      {"warmup_steps", warmup_},
+      {"lr_scheduler_kwargs", schedule_->resolved_kwargs()},
+      {"device", device_.str()},
+      {"total_steps", total_steps_},
+      {"world_size", ranks_.size},
+      {"global_batch_size", options_.batch_size * options_.gradient_accumulation * ranks_.size},
+      {"train_samples", store_->num_features()},
+      {"strategy", strategy},
+      {"model_type", model().model_type()},
+      {"run_name", run.run_name},
+      {"num_parameters", count_parameters(model().module())}};
+  run.params = tracker_params(options_, model().config_json(), resolved);
+  const nlohmann::ordered_json device = describe_device(device_);
+  run.tags = {{"model_type", model().model_type()},
+              {"architecture", model().architecture()},
+              {"strategy", strategy},
+              {"world_size", std::to_string(ranks_.size)},
+              {"device", device_.is_cuda() ? device.value("name", device_.str()) : device_.str()},
+              {"mpibert", MPIBERT_VERSION},
+              {"git_commit", mpibert_git_commit()},
+              {"host", host_name()}};
+  if (!resume_from_.empty()) {
+    run.earlier = earlier_trackers(options_.output_dir);
+    const std::string metrics = options_.output_dir + "/metrics.jsonl";
+    if (fs::exists(metrics)) run.metrics_offset = static_cast<int64_t>(fs::file_size(metrics));
+  }
+  return run;
 }
 
 // Setup each rank does alone (any rank's failure stops all of them with one message), then the

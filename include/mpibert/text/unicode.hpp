@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-
 namespace mpibert::unicode {
 
 bool is_rust_whitespace(char32_t c);  // char::is_whitespace: White_Space

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,10 +39,6 @@ inline const char* interval_strategy_name(IntervalStrategy value) {
   }
   return "?";
 }
-
-// HF's --report_to, of the integrations this build has: TensorBoard, or none.
-enum class ReportTo { kTensorBoard, kNone };
-inline const char* report_to_name(ReportTo value) { return value == ReportTo::kTensorBoard ? "tensorboard" : "none"; }
 
 struct TrainOptions {
   std::string train_dir, eval_dir;    // prepared shard directories (mpibert-prep)
@@ -81,7 +78,10 @@ struct TrainOptions {
   // When to evaluate and checkpoint during training (HF's eval_strategy, save_strategy). The end of
   // training always evaluates (with --eval-shards) and saves, as run_qa's do_eval and save_model.
   IntervalStrategy eval_strategy = IntervalStrategy::kSteps, save_strategy = IntervalStrategy::kSteps;
-  ReportTo report_to = ReportTo::kTensorBoard;
+  // HF's --report_to: the trackers, as given (report/report_to.hpp reads them), and HF's run_name
+  // for them ("": the run directory's name).
+  std::vector<std::string> report_to = {"tensorboard"};
+  std::string run_name;
   int64_t dataloader_num_workers = 0;  // accepted for HF command lines: batches are read in-process
   PostprocessOptions postprocess;
   ModelOptions model;
@@ -168,7 +168,8 @@ void for_each_train_option(Options& o, Visit&& visit) {
         o.postprocess.null_score_diff_threshold);
   visit(F{"version_2_with_negative", "--version-2-with-negative,--version_2_with_negative", kDescribed},
         o.postprocess.version_2_with_negative);
-  visit(F{"report_to", "--report-to,--report_to", kLocal}, o.report_to);  // rank 0 alone writes events, other ranks none
+  visit(F{"report_to", "--report-to,--report_to", kLocal}, o.report_to);  // rank 0 alone reports, other ranks nothing
+  visit(F{"run_name", "--run-name,--run_name", kLocal}, o.run_name);      // rank 0's trackers alone name the run
   visit(F{"dataloader_num_workers", "--dataloader-num-workers,--dataloader_num_workers", kLocal},  // accepted, unused
         o.dataloader_num_workers);
   visit(F{"device", "--device", kBoth}, o.device);  // results.json: the device it resolved to
@@ -218,7 +219,6 @@ inline const char* option_name(MpiAlgorithm value) { return mpi_algorithm_name(v
 inline const char* option_name(EmbeddingExchange value) { return embedding_exchange_name(value); }
 inline const char* option_name(CommDtype value) { return comm_dtype_name(value); }
 inline const char* option_name(IntervalStrategy value) { return interval_strategy_name(value); }
-inline const char* option_name(ReportTo value) { return report_to_name(value); }
 
 // A field's value as the records show it: enums by their names.
 template <class T>
