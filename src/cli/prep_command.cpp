@@ -11,6 +11,7 @@
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/data/shards.hpp"
+#include "mpibert/data/squad_input.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/text/tokenizer.hpp"
 
@@ -86,17 +87,18 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
   // Phase 1, identical on every rank: read and validate inputs, check the output directory.
   // Every rank hits the same errors, so only the lowest failing rank reports.
   ShardHeader header;
-  SquadDataset data;
+  SquadInput input;
   std::unique_ptr<WordPieceTokenizer> tokenizer;
   std::string error;
   try {
     if (options.split != "train" && options.split != "eval")
       throw InputError(describe("--split", options.split, "must be train or eval"));
     tokenizer = std::make_unique<WordPieceTokenizer>(Vocab::load(options.vocab));
-    data = read_squad(options.input);
+    input = read_squad_input(SquadSource{options.input, options.dataset_name, options.dataset_config, options.split,
+                                         options.columns});
     header.split = options.split;
     header.params = options.params;
-    header.input_sha256 = sha256_file(options.input);
+    header.input_sha256 = squad_content_sha256(input.data);  // the same whatever format carried it
     header.vocab_sha256 = sha256_file(options.vocab);
     header.tool_version = MPIBERT_VERSION;
     header.shard_index = rank;
@@ -110,8 +112,9 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
     if (failed == rank) spdlog::error("{}", error);
     return 1;
   }
-  spdlog::info("read {}: SQuAD {} with {} articles, {} questions; vocab {} ({} tokens)", options.input, data.version,
-               data.articles.size(), data.examples.size(), options.vocab, tokenizer->vocab().size());
+  const SquadDataset& data = input.data;
+  spdlog::info("read {} ({}, {} file(s)): {} articles, {} questions; vocab {} ({} tokens)", input.origin, input.format,
+               input.files.size(), data.articles.size(), data.examples.size(), options.vocab, tokenizer->vocab().size());
 
   // Phase 2, this rank's share: features of whole articles, written under a temporary name.
   const auto [first_article, num_articles] = partition_articles(data.articles, world_size)[static_cast<size_t>(rank)];
@@ -158,7 +161,7 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
       manifest.tool_version = MPIBERT_VERSION;
       manifest.split = options.split;
       manifest.params = options.params;
-      manifest.input_path = options.input;
+      manifest.input_path = input.origin;
       manifest.input_sha256 = header.input_sha256;
       manifest.vocab_path = options.vocab;
       manifest.vocab_sha256 = header.vocab_sha256;
