@@ -18,6 +18,9 @@
 #    environment (relative to the repository root, or absolute), which the build (CMakeLists.txt)
 #    and the tools' launchers (tools/launch.sh) read too; a cluster's own LibTorch is given to CMake instead (-DTorch_DIR or
 #    -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
+#  - Apache Arrow's C++ libraries and headers: PyPI's pyarrow wheel (pyarrow==26.0.1), whose
+#    libarrow and libparquet the Parquet reader links (scripts/arrow_wheel.cmake); installed with
+#    MPIBERT_SKIP_TORCH=1 too.
 #  - the analysis tools (tools/: tools/compare, tools/scaling-model) as the package mpibert-tools,
 #    with matplotlib and PyYAML from PyPI at the versions of tools/constraints.txt, and its
 #    trackers' part (mpibert-report: W&B's SDK wandb, MLflow's client) with MLflow's tracking server
@@ -30,6 +33,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 torch_version=2.11.0
+pyarrow_version=26.0.1  # Arrow 26's C++ headers are C++20: the Parquet reader alone is compiled so
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
@@ -176,6 +180,15 @@ if [ -n "$torch_pid" ]; then
     exit 1
   fi
   "$venv/bin/python3" -c 'import torch; print("install-deps: torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null
+fi
+
+# Apache Arrow's libarrow, libparquet and their headers, for the Parquet reader (the build links
+# them from the wheel and `cmake --install` copies them, as PyTorch's).
+if ! "$venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('pyarrow') != '$pyarrow_version')" 2>/dev/null; then
+  echo "install-deps: installing pyarrow==$pyarrow_version into $venv (Apache Arrow's C++ libraries, for reading Parquet)"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "pyarrow==$pyarrow_version"
+else
+  echo "install-deps: pyarrow $pyarrow_version in $venv"
 fi
 
 # The analysis tools, editable: the launchers in tools/ and the console scripts run this

@@ -12,6 +12,7 @@
 #include "mpibert/data/features.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/data/shards.hpp"
+#include "mpibert/data/squad_input.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/text/hf_tokenizer.hpp"
 
@@ -88,7 +89,7 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
   // Phase 1, identical on every rank: read and validate inputs, check the output directory.
   // Every rank hits the same errors, so only the lowest failing rank reports.
   ShardHeader header;
-  SquadDataset data;
+  SquadInput input;
   std::unique_ptr<HfTokenizer> tokenizer;
   std::string error;
   try {
@@ -96,10 +97,11 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
       throw InputError(describe("--split", options.split, "must be train or eval"));
     tokenizer = std::make_unique<HfTokenizer>(HfTokenizer::load(options.tokenizer));
     context_type_id(*tokenizer);  // a tokenizer whose features mpibert cannot build is refused here
-    data = read_squad(options.input);
+    input = read_squad_input(SquadSource{options.input, options.dataset_name, options.dataset_config, options.split,
+                                         options.columns});
     header.split = options.split;
     header.params = options.params;
-    header.input_sha256 = sha256_file(options.input);
+    header.input_sha256 = squad_content_sha256(input.data);  // the same whatever format carried it
     header.tokenizer_sha256 = tokenizer->digest();
     header.tool_version = MPIBERT_VERSION;
     header.shard_index = rank;
@@ -113,8 +115,9 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
     if (failed == rank) spdlog::error("{}", error);
     return 1;
   }
-  spdlog::info("read {}: SQuAD {} with {} articles, {} questions; tokenizer {} ({} tokens)", options.input, data.version,
-               data.articles.size(), data.examples.size(), tokenizer->description(), tokenizer->vocab_size());
+  const SquadDataset& data = input.data;
+  spdlog::info("read {} ({}, {} file(s)): {} articles, {} questions; tokenizer {} ({} tokens)", input.origin, input.format,
+               input.files.size(), data.articles.size(), data.examples.size(), tokenizer->description(), tokenizer->vocab_size());
 
   // Phase 2, this rank's share: features of whole articles, written under a temporary name.
   const auto [first_article, num_articles] = partition_articles(data.articles, world_size)[static_cast<size_t>(rank)];
@@ -161,7 +164,7 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
       manifest.tool_version = MPIBERT_VERSION;
       manifest.split = options.split;
       manifest.params = options.params;
-      manifest.input_path = options.input;
+      manifest.input_path = input.origin;
       manifest.input_sha256 = header.input_sha256;
       manifest.tokenizer_path = options.tokenizer;
       manifest.tokenizer_sha256 = header.tokenizer_sha256;

@@ -159,6 +159,8 @@ void write_dataset(const ShardFile& file, const std::string& name, const std::ve
   file.check(H5Pset_shuffle(layout.get()), record, "cannot set shuffle filter");
   file.check(H5Pset_deflate(layout.get(), kDeflateLevel), record, "cannot set deflate filter");
   file.check(H5Pset_fletcher32(layout.get()), record, "cannot set checksum filter");
+  // No modification times in the object headers: the same features give the same file, byte for byte.
+  file.check(H5Pset_obj_track_times(layout.get(), false), record, "cannot set properties");
   const auto [stored, native] = hdf5_types<T>();
   Handle dataset = file.own(H5Dcreate2(file.id(), name.c_str(), stored, space.get(), links.get(), layout.get(), H5P_DEFAULT),
                             H5Dclose, record, "cannot create");

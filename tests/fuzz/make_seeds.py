@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzzers' seed inputs (tests/fuzz/corpus/HARNESS/seed-*) from the bundled data and
 fixtures: small, valid instances of each format, so that fuzzing starts inside the format. Inputs
-of findings (finding-*) are kept beside them by hand. Run from anywhere; needs only Python 3."""
+of findings (finding-*) are kept beside them by hand. Run from anywhere with Python 3; the Parquet
+seeds need pyarrow (.venv/bin/python3 tests/fuzz/make_seeds.py)."""
 import gzip, json, os, random, struct
 
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,6 +38,33 @@ for label, data in (("v1.1", v1), ("v2.0", v2)):
     text = json.dumps(data, ensure_ascii=False)
     seed("fuzz_squad", label + ".json", text)
     seed("fuzz_squad", label + ".json.gz", gzip.compress(text.encode(), mtime=0))
+
+
+def records(data):
+    """run_qa.py's records (the Hub's rows) of a nested SQuAD document."""
+    return [{"id": qa["id"], "title": article["title"], "context": paragraph["context"], "question": qa["question"],
+             "answers": {"text": [a["text"] for a in qa["answers"]], "answer_start": [a["answer_start"] for a in qa["answers"]]}}
+            for article in data["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+
+
+for label, data in (("v1.1", v1), ("v2.0", v2)):
+    lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in records(data))
+    seed("fuzz_squad_jsonl", label + ".jsonl", lines)
+    seed("fuzz_squad_jsonl", label + ".jsonl.gz", gzip.compress(lines.encode(), mtime=0))
+try:  # the Parquet seeds need pyarrow (the .venv's Python has it); uncompressed, so that mutations reach the values
+    import io
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    answers = pa.struct([("text", pa.list_(pa.string())), ("answer_start", pa.list_(pa.int32()))])
+    schema = pa.schema([("id", pa.string()), ("title", pa.string()), ("context", pa.string()), ("question", pa.string()),
+                        ("answers", answers)])
+    for label, data in (("v1.1", v1), ("v2.0", v2)):
+        for compression in ("none", "snappy"):
+            out = io.BytesIO()
+            pq.write_table(pa.Table.from_pylist(records(data), schema=schema), out, compression=compression, row_group_size=3)
+            seed("fuzz_squad_parquet", f"{label}-{compression}.parquet", out.getvalue())
+except ImportError:
+    print("make_seeds: no pyarrow here: the Parquet seeds (corpus/fuzz_squad_parquet) are left as they are")
 
 # vocab.txt: the specials and enough pieces to tokenize the harness's sentence.
 vocab = open(os.path.join(root, "data_prep", "data", "bert-base-uncased", "vocab.txt"), encoding="utf-8").read().split("\n")
