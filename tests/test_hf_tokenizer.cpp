@@ -148,12 +148,34 @@ TEST(TokenizerErrors, UnknownComponentsAreRefusedByName) {
   EXPECT_NE(message.find(dir.file("tokenizer.json") + ": is not JSON"), std::string::npos) << message;
 }
 
+// The size that bounds ids (an embedding table's rows) is the largest id + 1, gaps included; an id
+// no model's table could have is refused by name rather than allocated.
+TEST(TokenizerErrors, IdsBoundTheVocabularyAndAnImpossibleIdIsRefused) {
+  test::TempDir dir;
+  nlohmann::json json = small_tokenizer();
+  json["model"]["vocab"]["a"] = 7;
+  const HfTokenizer gaps = HfTokenizer::from_json(json, "t.json");
+  EXPECT_EQ(gaps.vocab_size(), 8u);
+  EXPECT_EQ(gaps.encode("a").ids, std::vector<int32_t>{7});
+  json["model"]["vocab"]["a"] = int64_t{1} << 24;
+  const std::string message = error_loading(dir, "tokenizer.json", json.dump());
+  EXPECT_NE(message.find("model.vocab: \"a\": the id must be a whole number from 0 to 16777215"), std::string::npos) << message;
+}
+
 TEST(TokenizerErrors, BadSlowFilesAreNamed) {
   test::TempDir dir;
   test::write_text(dir.file("vocab.json"), R"({"<s>": 0, "</s>": 1, "a": 2, "b": 3, "ab": 4})");
   test::write_text(dir.file("merges.txt"), "#version: 0.2\na b\na b c\n");
   std::string message = test::error_of([&] { HfTokenizer::load(dir.path()); });
   EXPECT_NE(message.find(dir.file("merges.txt") + ": line 3: is not a merge"), std::string::npos) << message;
+  test::TempDir latin1;
+  test::write_text(latin1.file("vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\ncaf\xe9\n");
+  message = test::error_of([&] { HfTokenizer::load(latin1.path()); });
+  EXPECT_NE(message.find(latin1.file("vocab.txt") + ": line 5: is not UTF-8: invalid UTF-8 at byte 3"), std::string::npos)
+      << message;
+  test::write_text(dir.file("merges.txt"), "#version: 0.2\na \xff\n");
+  message = test::error_of([&] { HfTokenizer::load(dir.path()); });
+  EXPECT_NE(message.find(dir.file("merges.txt") + ": line 2: is not UTF-8"), std::string::npos) << message;
   test::TempDir spm;
   test::write_text(spm.file("spm.model"), "not a protobuf \xff\xff\xff");
   message = test::error_of([&] { HfTokenizer::load(spm.path()); });

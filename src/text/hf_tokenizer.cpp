@@ -57,8 +57,8 @@ std::string digest_of(nlohmann::json json, const AddedTokens& added) {
 AddedToken read_added_token(const nlohmann::json& json, const Where& at) {
   AddedToken token;
   const nlohmann::json& id = field(json, at, "id");
-  if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-    refuse(at.at("id"), "must be a whole number from 0");
+  if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId)
+    refuse(at.at("id"), "must be a whole number from 0 to " + std::to_string(kMaxTokenId));
   token.id = id.get<int32_t>();
   token.content = string_field(json, at, "content");
   token.single_word = bool_field(json, at, "single_word", false);

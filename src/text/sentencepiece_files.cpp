@@ -34,9 +34,12 @@ void load(SentencePieceFile& file) {
   if (!file.proto.ParseFromString(read_file_bytes(file.path)))
     throw InputError(describe(file.path, "", "is not a SentencePiece model (its protobuf does not parse)"));
   if (file.size() < 3) throw InputError(describe(file.path, "", "is not a SentencePiece model (fewer than 3 pieces)"));
-  for (int id = 0; id < file.size(); ++id)
+  for (int id = 0; id < file.size(); ++id) {
+    const std::string where = "pieces[" + std::to_string(id) + "]";
     if (!file.proto.pieces(id).has_piece() || file.piece(id).empty())
-      throw InputError(describe(file.path, "pieces[" + std::to_string(id) + "]", "has no piece"));
+      throw InputError(describe(file.path, where, "has no piece"));
+    require_utf8(file.piece(id), file.path, where);
+  }
 }
 
 // The converter's vocab: the model's pieces, or XLM-R's fairseq layout (<s> <pad> </s> <unk>, the
@@ -101,6 +104,7 @@ nlohmann::json model_of(const SentencePieceFile& file, const std::vector<Piece>&
   if (trainer.model_type() == spm::TrainerSpec::BPE) {
     nlohmann::json ids = nlohmann::json::object();
     for (size_t i = 0; i < vocab.size(); ++i) ids[vocab[i].piece] = i;
+    require_utf8(trainer.unk_piece(), file.path, "trainer_spec.unk_piece");
     return {{"type", "BPE"},
             {"dropout", nullptr},
             {"unk_token", trainer.unk_piece()},

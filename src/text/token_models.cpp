@@ -21,8 +21,8 @@ TokenIds read_vocab(const nlohmann::json& json, const Where& where, std::vector<
   if (!vocab.is_object()) refuse(where.at("vocab"), "must be an object {token: id}");
   TokenIds ids;
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
-      refuse(where.at("vocab"), "\"" + token + "\": the id must be a whole number from 0");
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId)
+      refuse(where.at("vocab"), "\"" + token + "\": the id must be a whole number from 0 to " + std::to_string(kMaxTokenId));
     const auto value = static_cast<int32_t>(id.get<int64_t>());
     ids[token] = value;
     if (by_id.size() <= static_cast<size_t>(value)) by_id.resize(static_cast<size_t>(value) + 1);
@@ -91,7 +91,7 @@ class WordPiece final : public Model {
   }
   std::optional<int32_t> token_to_id(const std::string& token) const override { return find(vocab_, token); }
   std::optional<std::string> id_to_token(int32_t id) const override { return name_of(by_id_, id); }
-  size_t vocab_size() const override { return vocab_.size(); }
+  size_t vocab_size() const override { return by_id_.size(); }  // the largest id + 1
   std::string kind() const override { return "WordPiece"; }
 
  private:
@@ -117,7 +117,7 @@ class WordLevel final : public Model {
   }
   std::optional<int32_t> token_to_id(const std::string& token) const override { return find(vocab_, token); }
   std::optional<std::string> id_to_token(int32_t id) const override { return name_of(by_id_, id); }
-  size_t vocab_size() const override { return vocab_.size(); }
+  size_t vocab_size() const override { return by_id_.size(); }  // the largest id + 1
   std::string kind() const override { return "WordLevel"; }
 
  private:
@@ -186,7 +186,7 @@ class Bpe final : public Model {
   }
   std::optional<int32_t> token_to_id(const std::string& token) const override { return find(vocab_, token); }
   std::optional<std::string> id_to_token(int32_t id) const override { return name_of(by_id_, id); }
-  size_t vocab_size() const override { return vocab_.size(); }
+  size_t vocab_size() const override { return by_id_.size(); }  // the largest id + 1
   std::string kind() const override { return "BPE"; }
 
  private:

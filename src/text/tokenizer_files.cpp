@@ -10,6 +10,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/text/normalized_text.hpp"
 
 namespace fs = std::filesystem;
 
@@ -223,6 +224,14 @@ ConfigTokens config_added_tokens(const TokenizerFiles& files) {
   return tokens;
 }
 
+void require_utf8(const std::string& token, const std::string& file, const std::string& where) {
+  try {
+    to_code_points(token);
+  } catch (const InputError& e) {
+    throw InputError(describe(file, where, std::string("is not UTF-8: ") + e.what()));
+  }
+}
+
 nlohmann::json convert_wordpiece(const std::string& vocab_txt, const nlohmann::json& config) {
   std::ifstream in(vocab_txt, std::ios::binary);
   if (!in) throw InputError(describe(vocab_txt, "", "cannot be read"));
@@ -231,6 +240,7 @@ nlohmann::json convert_wordpiece(const std::string& vocab_txt, const nlohmann::j
   int32_t index = 0;
   while (std::getline(in, line)) {  // load_vocab: one token a line, the newline removed
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    require_utf8(line, vocab_txt, "line " + std::to_string(index + 1));
     vocab[line] = index++;
   }
   if (index == 0) throw InputError(describe(vocab_txt, "", "is empty"));
@@ -273,6 +283,7 @@ nlohmann::json convert_byte_level_bpe(const std::string& vocab_json, const std::
     if (!(words >> left >> right) || (words >> extra))
       throw InputError(describe(merges_txt, "line " + std::to_string(i + 1),
                                 "is not a merge (two tokens separated by a space): " + quote_excerpt(all[i])));
+    require_utf8(all[i], merges_txt, "line " + std::to_string(i + 1));
     merges.push_back({left, right});
   }
   const std::string cls = config_token(config, "cls_token", "<s>");

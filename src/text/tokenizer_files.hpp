@@ -27,6 +27,10 @@ struct TokenizerFiles {
   TokenizerClass tokenizer_class = TokenizerClass::kOther;
 };
 
+// A token read from a text or protobuf file (vocab.txt, merges.txt, a SentencePiece piece) is
+// UTF-8, as the JSON the converters make must be; otherwise an InputError names the file and where.
+void require_utf8(const std::string& token, const std::string& file, const std::string& where);
+
 // The files of model directory `dir`. An InputError names the directory when it has none that
 // mpibert reads, and the file when one cannot be read.
 TokenizerFiles read_tokenizer_files(const std::string& dir);

@@ -19,6 +19,10 @@
 namespace mpibert::tokenizer_parts {
 
 // A model's token: its id, its string, [begin, end) code points of the split it came from.
+// Token ids index the model's embedding table: a vocabulary larger than this is not a model's (the
+// largest today have about 256k tokens), and a larger id in a file is refused rather than allocated.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 struct Token {
   int32_t id;
   std::string value;
