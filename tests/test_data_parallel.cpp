@@ -24,11 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include "encoder_families.hpp"
 #include "group_layout.hpp"
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/distilbert_qa.hpp"
+#include "mpibert/model/model_registry.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/parallel/strategies.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
@@ -616,6 +618,65 @@ TEST_P(DistilBertStrategies, EndWhereDdpEnds) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, DistilBertStrategies,
                          ::testing::ValuesIn(strategies_where([](const StrategyRow&) { return true; })), strategy_test_name);
+
+// Every family of tests/encoder_families.hpp through every strategy, as DistilBERT's above: three
+// accumulated steps of each end where dense ddp's do (the families' own units: ELECTRA's
+// projection, DeBERTa's relative embeddings, ModernBERT's final norm and head transform).
+class FamilyStrategies : public ::testing::TestWithParam<std::tuple<test::EncoderFamily, std::string>> {
+ protected:
+  void SetUp() override {
+    rank_ = world_rank();
+    communicator_ = make_mpi_communicator(60);
+  }
+  int rank_ = 0;
+  std::shared_ptr<Communicator> communicator_;
+};
+
+TEST_P(FamilyStrategies, EndWhereDenseDdpEnds) {
+  const auto& [family, strategy] = GetParam();
+  const nlohmann::json config = family.config(0.0);
+  const int64_t vocab = config["vocab_size"];
+  auto run = [&](const std::string& name, EmbeddingExchange exchange) {
+    torch::manual_seed(1);
+    QAModelPtr model = make_qa_model(config, family.file("config.json"), {});
+    DataParallelOptions options = options_for(name, 4096, 16384);
+    options.embedding_exchange = exchange;
+    const auto parallel = make_data_parallel(model->description(), communicator_, adam_with_decay(), options);
+    parallel->broadcast_parameters();
+    for (int step = 0; step < 3; ++step) {
+      for (int micro = 0; micro < 2; ++micro) {
+        torch::manual_seed(static_cast<uint64_t>(3000 + 10 * rank_ + 2 * step + micro));
+        const torch::Tensor ids = torch::randint(5, vocab, {2, 6}, torch::kLong);
+        parallel->note_input_ids(ids);
+        parallel->begin_backward(micro == 1);
+        model
+            ->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), torch::randint(0, 6, {2}, torch::kLong),
+                      torch::randint(0, 6, {2}, torch::kLong))
+            .loss.backward();
+      }
+      parallel->finish_gradient_sync();
+      parallel->clip_and_step(0.5, 1e-2);
+      parallel->zero_grad();
+    }
+    const WholeParameters whole(*parallel);
+    std::vector<std::pair<std::string, torch::Tensor>> copies;
+    for (const auto& item : model->module().named_parameters()) copies.emplace_back(item.key(), item.value().detach().clone());
+    return copies;
+  };
+  const auto ddp = run("ddp", EmbeddingExchange::kDense), mine = run(strategy, EmbeddingExchange::kSparse);
+  const int64_t layers = config.value("num_hidden_layers", int64_t{0});
+  for (size_t k = 0; k < mine.size(); ++k) {
+    if (test::has_zero_true_gradient(mine[k].first, layers)) continue;
+    EXPECT_TRUE(torch::allclose(mine[k].second, ddp[k].second, 1e-4, 1e-5)) << mine[k].first;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, FamilyStrategies,
+                         ::testing::Combine(::testing::ValuesIn(test::encoder_families()),
+                                            ::testing::ValuesIn(strategies_where([](const StrategyRow&) { return true; }))),
+                         [](const auto& info) {
+                           return test::test_name_of(std::get<0>(info.param).fixture) + "_" + std::get<1>(info.param);
+                         });
 
 // hsdp over groups of G consecutive ranks (every G that divides the ranks): three accumulated steps
 // end where ddp's end within the sharded strategies' round-off, each rank holds 1/G of the AdamW

@@ -334,13 +334,13 @@ TEST(ModelRegistry, ModelTypePicksTheModel) {
               make_qa_model(distil, "config.json", {}, "bert");
             }).find("'model_type': is \"distilbert\", but --model-type asks for \"bert\""),
             std::string::npos);
-  nlohmann::json roberta = distil;
-  roberta["model_type"] = "roberta";
+  nlohmann::json gpt2 = distil;
+  gpt2["model_type"] = "gpt2";
   EXPECT_NE(test::error_of([&] {
-              make_qa_model(roberta, "config.json", {});
-            }).find("\"roberta\" is not a model mpibert trains (bert, distilbert)"),
+              make_qa_model(gpt2, "config.json", {});
+            }).find("\"gpt2\" is not a model mpibert trains (bert, distilbert, electra, roberta, xlm-roberta)"),
             std::string::npos);
-  EXPECT_EQ(qa_model_types(), (std::vector<std::string>{"bert", "distilbert"}));
+  EXPECT_EQ(qa_model_types(), (std::vector<std::string>{"bert", "distilbert", "electra", "roberta", "xlm-roberta"}));
   EXPECT_EQ(make_qa_model_preset("distilbert", "small", {})->vocab_size(), 30522);
 }
 

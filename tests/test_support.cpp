@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
@@ -81,7 +82,8 @@ CommandResult run_command(const std::string& command_line) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
 }
 
-void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count, const std::string& split) {
+void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count, const std::string& split,
+                    const std::string& tokenizer_path) {
   const SquadDataset all = read_squad(input);
   SquadDataset data;
   data.path = input;
@@ -92,7 +94,9 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
     example.context_index = static_cast<int32_t>(data.contexts.size() - 1);
     data.examples.push_back(std::move(example));
   }
-  const HfTokenizer& tokenizer = wordpiece_tokenizer();
+  std::unique_ptr<HfTokenizer> own;
+  if (!tokenizer_path.empty()) own = std::make_unique<HfTokenizer>(HfTokenizer::load(tokenizer_path));
+  const HfTokenizer& tokenizer = own ? *own : wordpiece_tokenizer();
   ShardHeader header;
   header.split = split;
   header.tokenizer_sha256 = tokenizer.digest();  // as mpibert-prep records it
@@ -104,7 +108,7 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
   manifest.input_path = input;  // as mpibert-prep records it
   manifest.num_examples = count;
   manifest.num_features = shard.header.num_features;
-  manifest.tokenizer_path = vocab_path();
+  manifest.tokenizer_path = tokenizer_path.empty() ? vocab_path() : tokenizer_path;
   manifest.tokenizer_sha256 = tokenizer.digest();
   manifest.tokenizer_kind = tokenizer.description();
   manifest.vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
@@ -155,7 +159,7 @@ bool has_zero_true_gradient(const std::string& name, int64_t num_hidden_layers) 
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   const std::string last_layer = "layer." + std::to_string(num_hidden_layers - 1) + ".";
-  return ends_with("qa_outputs.bias") || ends_with("attention.self.key.bias") ||
+  return ends_with("qa_outputs.bias") || name == "classifier.bias" || ends_with("attention.self.key.bias") ||
          ends_with(last_layer + "output.LayerNorm.bias") || ends_with("attention.k_lin.bias") ||
          ends_with(last_layer + "output_layer_norm.bias");  // DistilBERT's names
 }

@@ -58,10 +58,10 @@ std::string error_of(const std::function<void()>& action);
 std::string write_other_vocab(const std::string& path);
 
 // Shards (one shard + manifest, no MPI) of questions [first, first + count) of a SQuAD file,
-// renumbered from 0, with default feature parameters and the bundled vocab.txt's tokenizer,
-// recorded as mpibert-prep records it.
+// renumbered from 0, with default feature parameters and the tokenizer of `tokenizer`
+// (HfTokenizer::load; empty: the bundled vocab.txt's), recorded as mpibert-prep records it.
 void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count,
-                    const std::string& split = "eval");
+                    const std::string& split = "eval", const std::string& tokenizer = "");
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
 
 // BERT QA parameters whose gradient is zero in exact arithmetic: the softmax over positions ignores

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "encoder_families.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/shards.hpp"
@@ -743,6 +744,55 @@ TEST_F(Trainer, DistilBertTrainsEvaluatesAndResumesThroughTheSamePath) {
   const std::string refused = test::error_of([&] { train(second); });
   EXPECT_NE(refused.find("checkpoint of another model: distilbert (this run: bert)"), std::string::npos) << refused;
 }
+
+// Every family of tests/encoder_families.hpp through the same trainer, packed (its config at the
+// shards' vocabulary and sequence length, dropout on): results.json, the run directory and the
+// TensorBoard hparams name it, and a run stopped after 3 steps and resumed ends bit for bit where
+// one never stopped ends.
+class FamilyTrainer : public Trainer, public ::testing::WithParamInterface<test::EncoderFamily> {};
+
+TEST_P(FamilyTrainer, TrainsResumesAndNamesTheFamily) {
+  const test::EncoderFamily& family = GetParam();
+  test::TempDir straight, interrupted, data;
+  test::prepare_shards(data.file("train"), test::squad_v1_path(), 0, 40, "train", family.tokenizer_dir());
+  test::prepare_shards(data.file("eval"), test::squad_v1_path(), 40, 16, "eval", family.tokenizer_dir());
+  test::write_text(straight.file("config.json"), family.training_config(0.1).dump());
+  TrainOptions o = options(straight.file("run"));
+  o.train_dir = data.file("train");
+  o.eval_dir = data.file("eval");
+  o.tokenizer = family.tokenizer_dir();
+  o.model_config = straight.file("config.json");
+  o.padding = Padding::kPacked;
+  o.max_steps = 6;
+  const nlohmann::ordered_json full = train(o);
+  EXPECT_EQ(full["model_type"], family.model_type);
+  EXPECT_EQ(full["architecture"], family.architecture);
+  EXPECT_TRUE(full.contains("eval_f1"));
+  EXPECT_EQ(read_json_file(straight.file("run/config.json"))["architectures"][0], family.architecture);
+  EXPECT_EQ(load_qa_model(straight.file("run"), family.tokenizer_dir())->architecture(), family.architecture);
+  const test::CommandResult read = test::run_command(std::string(MPIBERT_PYTHON) + " " + MPIBERT_TESTS_SOURCE_DIR +
+                                                     "/read_tensorboard.py " + straight.file("run/tensorboard"));
+  ASSERT_EQ(read.exit_status, 0) << read.output;
+  const auto hparams = nlohmann::json::parse(read.output)["hparams"];
+  EXPECT_EQ(hparams["model_type"], family.model_type) << read.output;
+  EXPECT_EQ(hparams["architecture"], family.architecture) << read.output;
+
+  TrainOptions first = o;
+  first.output_dir = interrupted.path();
+  first.stop_after_steps = 3;
+  EXPECT_EQ(train(first)["global_step"], 3);
+  TrainOptions second = first;
+  second.stop_after_steps = 0;
+  second.resume = "auto";
+  EXPECT_EQ(train(second)["resumed_from_step"], 3);
+  const SafetensorsFile a = SafetensorsFile::open(straight.file("run/checkpoint-6/model.safetensors"));
+  const SafetensorsFile b = SafetensorsFile::open(interrupted.file("checkpoint-6/model.safetensors"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i)
+    EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyTrainer, ::testing::ValuesIn(test::encoder_families()), test::family_test_name);
 
 // A checkpoint damaged on disk (a flipped byte, a file cut short, its checksums gone) is refused
 // by name when asked for, and --resume auto falls back to the newest intact one.

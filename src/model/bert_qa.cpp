@@ -11,9 +11,9 @@ namespace mpibert {
 // ---------------------------------------------------------------------------------------------
 // Config
 
-BertConfig BertConfig::from_json(const nlohmann::json& json, const std::string& origin) {
+BertConfig BertConfig::from_json(const nlohmann::json& json, const std::string& origin, BertConfig defaults) {
   if (!json.is_object()) throw InputError(describe(origin, "", "config must be a JSON object"));
-  BertConfig config;
+  BertConfig config = std::move(defaults);
   read_config_key(json, "vocab_size", config.vocab_size, origin);
   read_config_key(json, "hidden_size", config.hidden_size, origin);
   read_config_key(json, "num_hidden_layers", config.num_hidden_layers, origin);
@@ -109,15 +109,16 @@ torch::nn::LayerNorm layer_norm(const BertConfig& config) {
 
 }  // namespace
 
-BertEmbeddingsImpl::BertEmbeddingsImpl(const BertConfig& config) {
+BertEmbeddingsImpl::BertEmbeddingsImpl(const BertConfig& config, const BertEmbeddingsShape& shape) {
+  const int64_t width = shape.width > 0 ? shape.width : config.hidden_size;
   word_embeddings = register_module(
       "word_embeddings",
-      torch::nn::Embedding(torch::nn::EmbeddingOptions(config.vocab_size, config.hidden_size).padding_idx(config.pad_token_id)));
-  position_embeddings =
-      register_module("position_embeddings", torch::nn::Embedding(config.max_position_embeddings, config.hidden_size));
-  token_type_embeddings =
-      register_module("token_type_embeddings", torch::nn::Embedding(config.type_vocab_size, config.hidden_size));
-  LayerNorm = register_module("LayerNorm", layer_norm(config));
+      torch::nn::Embedding(torch::nn::EmbeddingOptions(config.vocab_size, width).padding_idx(config.pad_token_id)));
+  position_embeddings = register_module("position_embeddings",
+                                        torch::nn::Embedding(torch::nn::EmbeddingOptions(config.max_position_embeddings, width)
+                                                                 .padding_idx(shape.position_padding_idx)));
+  token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(config.type_vocab_size, width));
+  LayerNorm = register_module("LayerNorm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(config.layer_norm_eps)));
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout_prob));
 }
 
@@ -192,8 +193,8 @@ BertEncoderImpl::BertEncoderImpl(const BertConfig& config, const ModelOptions& o
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) layer->push_back(BertLayer(config, options));
 }
 
-torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks) {
-  return run_layers<BertLayerImpl>(layer, std::move(hidden), layout, hooks, checkpointing_);
+torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks, size_t first_unit) {
+  return run_layers<BertLayerImpl>(layer, std::move(hidden), layout, hooks, checkpointing_, first_unit);
 }
 
 BertModelImpl::BertModelImpl(const BertConfig& config, const ModelOptions& options) {

@@ -5,20 +5,27 @@
 namespace mpibert {
 
 EncoderForQuestionAnsweringImpl::EncoderForQuestionAnsweringImpl(QAFamily family, std::shared_ptr<QAEncoder> encoder_module,
-                                                                 const ModelOptions& options)
+                                                                 const ModelOptions& options,
+                                                                 std::shared_ptr<QAHeadTransform> transform)
     : family_(std::move(family)), options_(options) {
   encoder = register_module(family_.encoder_name, std::move(encoder_module));
-  qa_outputs = register_module("qa_outputs", torch::nn::Linear(family_.hidden_size, 2));
-  if (family_.qa_dropout >= 0) dropout = register_module("dropout", torch::nn::Dropout(family_.qa_dropout));
+  if (transform) head_transform = register_module(family_.head_transform_name, std::move(transform));
+  qa_outputs = register_module(family_.head_name, torch::nn::Linear(family_.hidden_size, 2));
+  if (family_.qa_dropout >= 0) dropout = register_module(family_.dropout_name, torch::nn::Dropout(family_.qa_dropout));
   init_weights();
 }
 
-void EncoderForQuestionAnsweringImpl::init_weights() { init_hf_weights(*this, family_.initializer_range); }
+void EncoderForQuestionAnsweringImpl::init_weights() {
+  if (family_.init_weights)
+    family_.init_weights(*this);
+  else
+    init_hf_weights(*this, family_.initializer_range);
+}
 
 std::vector<std::string> EncoderForQuestionAnsweringImpl::unit_prefixes() const {
-  std::vector<std::string> prefixes = {family_.embeddings_prefix};
-  for (int64_t layer = 0; layer < family_.layers; ++layer) prefixes.push_back(family_.layer_prefix + std::to_string(layer) + ".");
-  prefixes.push_back("qa_outputs.");
+  std::vector<std::string> prefixes = family_.unit_prefixes;
+  if (head_transform) prefixes.push_back(family_.head_transform_name + ".");
+  prefixes.push_back(family_.head_name + ".");
   return prefixes;
 }
 
@@ -31,10 +38,12 @@ ModelDescription EncoderForQuestionAnsweringImpl::description() {
   return description;
 }
 
-// The QA head is the unit after the last layer.
+// The head transform and the QA head are the units after the encoder's.
 torch::Tensor EncoderForQuestionAnsweringImpl::qa_logits(const torch::Tensor& sequence_output) {
-  return run_unit(unit_hooks_, static_cast<size_t>(family_.layers) + 1,
-                  [&] { return qa_outputs(dropout ? dropout(sequence_output) : sequence_output); });
+  size_t unit = family_.unit_prefixes.size();
+  torch::Tensor hidden = sequence_output;
+  if (head_transform) hidden = run_unit(unit_hooks_, unit++, [&] { return head_transform->forward(hidden); });
+  return run_unit(unit_hooks_, unit, [&] { return qa_outputs(dropout ? dropout(hidden) : hidden); });
 }
 
 QAOutput EncoderForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
@@ -95,8 +104,9 @@ QAFamily encoder_family(const std::string& model_type, const std::string& encode
   family.layers = shape.layers;
   family.vocab_size = shape.vocab_size;
   family.initializer_range = shape.initializer_range;
-  family.embeddings_prefix = encoder_name + ".embeddings.";
-  family.layer_prefix = encoder_name + "." + layers_path + ".";
+  family.unit_prefixes = {encoder_name + ".embeddings."};
+  for (int64_t layer = 0; layer < shape.layers; ++layer)
+    family.unit_prefixes.push_back(encoder_name + "." + layers_path + "." + std::to_string(layer) + ".");
   family.token_embedding = encoder_name + ".embeddings.word_embeddings.weight";
   family.config_json = std::move(config_json);
   family.flops = encoder_training_flops(shape.hidden_size, shape.layers, shape.intermediate_size);

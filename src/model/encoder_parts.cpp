@@ -150,7 +150,7 @@ void init_hf_weights(torch::nn::Module& root, double initializer_range) {
   for (auto& module : root.modules(/*include_self=*/false)) {
     if (auto* linear = module->as<torch::nn::LinearImpl>()) {
       linear->weight.normal_(0.0, initializer_range);
-      linear->bias.zero_();
+      if (linear->bias.defined()) linear->bias.zero_();
     } else if (auto* embedding = module->as<torch::nn::EmbeddingImpl>()) {
       embedding->weight.normal_(0.0, initializer_range);
       if (auto padding = embedding->options.padding_idx()) embedding->weight[*padding].zero_();

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -62,7 +63,9 @@ LoadReport load_hf_state(torch::nn::Module& module, const SafetensorsFile& check
   std::vector<std::string> missing;
   for (const auto& [name, tensor] : parameters) {
     if (loaded.count(name)) continue;
-    (name_starts_with(name, names.head_prefix) ? report.initialized_fresh : missing).push_back(name);
+    const bool fresh = std::any_of(names.fresh_prefixes.begin(), names.fresh_prefixes.end(),
+                                   [&](const std::string& prefix) { return name_starts_with(name, prefix); });
+    (fresh ? report.initialized_fresh : missing).push_back(name);
   }
   std::vector<std::string> problems;
   if (!missing.empty()) problems.push_back("missing " + join_names(missing));

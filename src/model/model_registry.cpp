@@ -7,6 +7,8 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/bert_qa.hpp"
 #include "mpibert/model/distilbert_qa.hpp"
+#include "mpibert/model/electra_qa.hpp"
+#include "mpibert/model/roberta_qa.hpp"
 
 namespace mpibert {
 namespace {
@@ -32,6 +34,9 @@ const std::map<std::string, ModelType>& model_types() {
   static const std::map<std::string, ModelType> types = {
       {"bert", row<BertConfig, BertForQuestionAnswering>("BERT")},
       {"distilbert", row<DistilBertConfig, DistilBertForQuestionAnswering>("DistilBERT")},
+      {"electra", row<ElectraConfig, ElectraForQuestionAnswering>("ELECTRA")},
+      {"roberta", row<RobertaConfig, RobertaForQuestionAnswering>("RoBERTa")},
+      {"xlm-roberta", row<XlmRobertaConfig, RobertaForQuestionAnswering>("XLM-RoBERTa")},
   };
   return types;
 }

@@ -24,19 +24,24 @@ constexpr const char* kReportFile = "report.json";
 // loss and scores (the names TensorBoard users of mpibert know).
 class TensorBoardTracker : public Tracker {
  public:
-  explicit TensorBoardTracker(const TrainOptions& options) : writer_(options.output_dir + "/tensorboard") {
+  // `model_type` and `architecture`: the model the run trains (config.json's, whether or not
+  // --model-type named it), so that the hparams name the family.
+  TensorBoardTracker(const TrainOptions& options, const std::string& model_type, const std::string& architecture)
+      : writer_(options.output_dir + "/tensorboard") {
     nlohmann::ordered_json args;
     std::map<std::string, TensorBoardWriter::HParam> hparams;
-    for_each_train_option(options, [&](const TrainOptionField& field, const auto& value) {
-      const nlohmann::ordered_json json = option_json(value);
-      args[field.name] = json;
+    auto add = [&](const std::string& name, const nlohmann::ordered_json& json) {
+      args[name] = json;
       if (json.is_boolean())
-        hparams[field.name] = json.get<bool>();
+        hparams[name] = json.get<bool>();
       else if (json.is_number())
-        hparams[field.name] = json.get<double>();
+        hparams[name] = json.get<double>();
       else
-        hparams[field.name] = json.is_string() ? json.get<std::string>() : json.dump();
-    });
+        hparams[name] = json.is_string() ? json.get<std::string>() : json.dump();
+    };
+    for_each_train_option(options, [&](const TrainOptionField& field, const auto& value) { add(field.name, option_json(value)); });
+    add("model_type", model_type);
+    add("architecture", architecture);
     writer_.add_text("args", args.dump(2));
     writer_.add_hparams(hparams);
     writer_.flush();
@@ -142,10 +147,11 @@ Trackers connect_remote_trackers(const TrainOptions& options, const RunDescripti
   return trackers;
 }
 
-std::unique_ptr<Tracker> make_tensorboard_tracker(const TrainOptions& options) {
+std::unique_ptr<Tracker> make_tensorboard_tracker(const TrainOptions& options, const std::string& model_type,
+                                                  const std::string& architecture) {
   const ReportTo to = parse_report_to(options.report_to, train_option_field(options, options.report_to).flag());
   if (!to.tensorboard) return nullptr;
-  return std::make_unique<TensorBoardTracker>(options);
+  return std::make_unique<TensorBoardTracker>(options, model_type, architecture);
 }
 
 void write_report_file(const RunDescription& run, const Trackers& trackers, const char* end) {

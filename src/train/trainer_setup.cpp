@@ -51,7 +51,8 @@ Trainer::Trainer(const TrainOptions& options) : options_(options) {
     if (options_.overwrite_output_dir) remove_earlier_run(options_.output_dir);
     fs::create_directories(options_.output_dir);
     if (!options_.config_record.empty()) write_file_atomic(options_.output_dir + "/train_config.toml", options_.config_record);
-    if (auto tensorboard = make_tensorboard_tracker(options_)) trackers.add(std::move(tensorboard));
+    if (auto tensorboard = make_tensorboard_tracker(options_, model().model_type(), model().architecture()))
+      trackers.add(std::move(tensorboard));
     write_report_file(report_run_, trackers);
   }
   set_up_parallel();

@@ -38,7 +38,11 @@ struct BertConfig {
 
   // Reads HF's config.json; missing keys keep HF's BertConfig defaults. Throws InputError naming
   // `origin` and the key for wrong types or invalid values.
-  static BertConfig from_json(const nlohmann::json& json, const std::string& origin);
+  static BertConfig from_json(const nlohmann::json& json, const std::string& origin) {
+    return from_json(json, origin, BertConfig{});
+  }
+  // The same over another family's defaults (RoBERTa's, ELECTRA's), for the keys they share with BERT.
+  static BertConfig from_json(const nlohmann::json& json, const std::string& origin, BertConfig defaults);
   static BertConfig load(const std::string& path);
   // "base": bert-base-uncased (HF's defaults); "small": 2 layers, hidden 128, 2 heads,
   // intermediate 512 (configs/small-bert.json), the size used for runs and figures on CPUs.
@@ -48,9 +52,16 @@ struct BertConfig {
   void validate(const std::string& origin) const;
 };
 
+// What BERT's embeddings are made of in the families that reuse them: their width (ELECTRA's
+// embedding_size; 0: hidden_size) and a padding row of the position table (RoBERTa's padding_idx).
+struct BertEmbeddingsShape {
+  int64_t width = 0;
+  std::optional<int64_t> position_padding_idx;
+};
+
 class BertEmbeddingsImpl : public torch::nn::Module {
  public:
-  explicit BertEmbeddingsImpl(const BertConfig& config);
+  explicit BertEmbeddingsImpl(const BertConfig& config, const BertEmbeddingsShape& shape = {});
   // Positions 0..seq-1 of every row when `position_ids` is undefined (padded rows).
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                         const torch::Tensor& position_ids = {});
@@ -117,8 +128,8 @@ TORCH_MODULE(BertLayer);
 class BertEncoderImpl : public torch::nn::Module {
  public:
   BertEncoderImpl(const BertConfig& config, const ModelOptions& options);
-  // Each layer is unit 1 + its index for `hooks`.
-  torch::Tensor forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks = nullptr);
+  // Each layer is unit first_unit + its index for `hooks`.
+  torch::Tensor forward(torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks = nullptr, size_t first_unit = 1);
   torch::nn::ModuleList layer{nullptr};
 
  private:

@@ -35,17 +35,31 @@ class QAEncoder : public torch::nn::Module {
   virtual torch::Tensor forward_packed(const PackedFeatures& features, const VarlenLayout& varlen, UnitHooks* hooks) = 0;
 };
 
+// A transform of the last hidden state before the QA head's Linear, where the family has one
+// (ModernBERT's prediction head: dense, activation, norm).
+class QAHeadTransform : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(const torch::Tensor& hidden) = 0;
+};
+
 // What the QA model needs to know of a family besides its encoder.
 struct QAFamily {
   std::string model_type;    // config.json's model_type: "bert"
   std::string architecture;  // "BertForQuestionAnswering"
   std::string encoder_name;  // the encoder's name in HF's state_dict: "bert"
   int64_t hidden_size = 0, layers = 0, vocab_size = 0;
-  double qa_dropout = -1;              // a dropout before qa_outputs (DistilBERT's qa_dropout); < 0: none
-  double initializer_range = 0.02;     // HF's _init_weights
-  std::string embeddings_prefix;       // unit 0's parameters: "bert.embeddings."
-  std::string layer_prefix;            // unit 1 + i's: "bert.encoder.layer." + i + "."
-  std::string token_embedding;         // the word embedding's parameter name
+  double qa_dropout = -1;           // a dropout before the QA head (DistilBERT's qa_dropout); < 0: none
+  double initializer_range = 0.02;  // HF's _init_weights
+  // The encoder's units in forward order, each named by its parameters' prefix: its embeddings
+  // ("bert.embeddings."), its layers ("bert.encoder.layer.0.", ...) and whatever else runs on its
+  // own between them (DeBERTa's relative embeddings, ModernBERT's final norm).
+  std::vector<std::string> unit_prefixes;
+  std::string token_embedding;  // the word embedding's parameter name
+  // The QA head under HF's names: the Linear of two logits ("qa_outputs"; ModernBERT's
+  // "classifier"), its dropout's module name, and the name of the head transform, if any ("head").
+  std::string head_name = "qa_outputs";
+  std::string dropout_name = "dropout";
+  std::string head_transform_name;
   nlohmann::ordered_json config_json;  // HF's config.json of the model
   TrainingFlops flops;                 // model/encoder_parts.hpp encoder_training_flops
   HfStateNames checkpoint_names;       // how HF checkpoints' keys map onto the parameters
@@ -56,6 +70,8 @@ struct QAFamily {
   // shape is refused naming them (shape_mismatch).
   std::function<nlohmann::ordered_json(const nlohmann::json& config, const std::string& origin)> read_config;
   std::vector<std::string> shape_keys;
+  // HF's _init_weights of the whole QA model where it is not init_hf_weights (ModernBERT's).
+  std::function<void(torch::nn::Module& model)> init_weights;
 };
 
 // The sizes of an encoder that decide its parameters and FLOPs.
@@ -73,19 +89,21 @@ QAFamily encoder_family(const std::string& model_type, const std::string& encode
 
 class EncoderForQuestionAnsweringImpl : public torch::nn::Module, public QuestionAnsweringModel {
  public:
-  // Registers `encoder` under family.encoder_name, then qa_outputs (and the QA dropout), and
-  // initializes every weight as HF's _init_weights does (torch's global generator).
-  EncoderForQuestionAnsweringImpl(QAFamily family, std::shared_ptr<QAEncoder> encoder, const ModelOptions& options);
+  // Registers `encoder` under family.encoder_name, then the head transform (where there is one),
+  // the QA head and its dropout, and initializes every weight as HF's _init_weights does (torch's
+  // global generator).
+  EncoderForQuestionAnsweringImpl(QAFamily family, std::shared_ptr<QAEncoder> encoder, const ModelOptions& options,
+                                  std::shared_ptr<QAHeadTransform> head_transform = nullptr);
 
   QAOutput forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask,
                    const torch::Tensor& start_positions = {}, const torch::Tensor& end_positions = {}) override;
   QAOutput forward_packed(const PackedFeatures& features, const torch::Tensor& start_positions = {},
                           const torch::Tensor& end_positions = {}) override;
-  // HF's _init_weights again (normal(0, initializer_range) weights, zero biases, LayerNorm 1/0,
-  // each embedding's padding row zeroed).
+  // HF's _init_weights again (the family's; most: normal(0, initializer_range) weights, zero
+  // biases, LayerNorm 1/0, each embedding's padding row zeroed).
   void init_weights();
-  // The units in forward order by their parameters' prefix: the embeddings, each layer, the QA
-  // head (FSDP's auto-wrap policy for these encoders).
+  // The units in forward order by their parameters' prefix: the encoder's, the head transform, the
+  // QA head (FSDP's auto-wrap policy for these encoders).
   std::vector<std::string> unit_prefixes() const;
   // Hooks around the units of every forward from now on (nullptr: none). Not owned.
   void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
@@ -106,8 +124,9 @@ class EncoderForQuestionAnsweringImpl : public torch::nn::Module, public Questio
   std::string shape_mismatch(const nlohmann::json& config, const std::string& origin) const override;
 
   std::shared_ptr<QAEncoder> encoder;
-  torch::nn::Linear qa_outputs{nullptr};
-  torch::nn::Dropout dropout{nullptr};  // qa_dropout, where the family has one
+  std::shared_ptr<QAHeadTransform> head_transform;  // where the family has one
+  torch::nn::Linear qa_outputs{nullptr};            // HF's family.head_name
+  torch::nn::Dropout dropout{nullptr};              // qa_dropout, where the family has one
 
  private:
   torch::Tensor qa_logits(const torch::Tensor& sequence_output);

@@ -57,12 +57,13 @@ torch::Tensor run_unit(UnitHooks* hooks, size_t unit, Body&& body) {
   return output;
 }
 
-// The encoder's layers (each a `Layer`, forward(hidden, layout)) in order, layer i as unit 1 + i
-// for `hooks`; with `checkpointing` each recomputed in backward instead of keeping its activations.
+// The encoder's layers (each a `Layer`, forward(hidden, layout)) in order, layer i as unit
+// first_unit + i for `hooks`; with `checkpointing` each recomputed in backward instead of keeping
+// its activations.
 template <typename Layer>
 torch::Tensor run_layers(torch::nn::ModuleList& layers, torch::Tensor hidden, const TokenLayout& layout, UnitHooks* hooks,
-                         bool checkpointing) {
-  size_t unit = 1;
+                         bool checkpointing, size_t first_unit = 1) {
+  size_t unit = first_unit;
   for (const auto& module : *layers) {
     hidden = run_unit(hooks, unit++, [&] {
       if (!checkpointing) return module->as<Layer>()->forward(hidden, layout);

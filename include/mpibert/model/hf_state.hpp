@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,7 +44,8 @@ struct HfStateNames {
   std::string architecture;                                 // for messages: "BertForQuestionAnswering"
   std::function<std::string(const std::string&)> to_model;  // a checkpoint key in the model's naming
   std::function<bool(const std::string&)> ignored;          // tensors HF checkpoints carry that the QA model has no use for
-  std::string head_prefix = "qa_outputs.";                  // missing from a pretrained (not QA) checkpoint: kept fresh
+  // Missing from a pretrained (not QA) checkpoint: kept fresh (the QA head; ModernBERT's head transform too).
+  std::vector<std::string> fresh_prefixes = {"qa_outputs."};
 };
 
 // Copies `checkpoint`'s tensors into `module`'s parameters by name (F16/BF16 converted). Missing

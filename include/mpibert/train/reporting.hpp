@@ -34,8 +34,10 @@ nlohmann::ordered_json earlier_trackers(const std::string& output_dir);
 Trackers connect_remote_trackers(const TrainOptions& options, const RunDescription& run, const std::string& program);
 
 // The TensorBoard tracker, when --report-to has it: events in RUN/tensorboard/, the options as
-// text ("args") and as the hparams plugin's hyperparameters, the metrics lines as scalars.
-std::unique_ptr<Tracker> make_tensorboard_tracker(const TrainOptions& options);
+// text ("args") and as the hparams plugin's hyperparameters with the model's type and architecture,
+// the metrics lines as scalars.
+std::unique_ptr<Tracker> make_tensorboard_tracker(const TrainOptions& options, const std::string& model_type,
+                                                  const std::string& architecture);
 
 // RUN/report.json (atomically): the run's name, parameters and tags, and each tracker's record
 // (its run id; at the end what it did not send); `end` once the job has ended.
