@@ -39,7 +39,8 @@ class TensorBoardTracker : public Tracker {
       else
         hparams[name] = json.is_string() ? json.get<std::string>() : json.dump();
     };
-    for_each_train_option(options, [&](const TrainOptionField& field, const auto& value) { add(field.name, option_json(value)); });
+    for_each_train_option(options,
+                          [&](const TrainOptionField& field, const auto& value) { add(field.name, option_json(value)); });
     add("model_type", model_type);
     add("architecture", architecture);
     writer_.add_text("args", args.dump(2));
