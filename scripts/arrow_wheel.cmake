@@ -1,7 +1,7 @@
 # Apache Arrow's C++ libraries (libarrow, libparquet) and headers from PyPI's pyarrow wheel, imported
 # from its files (CMakeLists.txt includes this for the Parquet reader, src/data/squad_parquet.cpp).
-# The wheel ships the headers (pyarrow/include) and the versioned libraries (libarrow.so.2600,
-# libparquet.so.2600 for pyarrow 26) but no unversioned link names: the versioned files are linked
+# The wheel ships the headers (pyarrow/include) and the versioned libraries (libarrow.so.2500,
+# libparquet.so.2500 for pyarrow 25) but no unversioned link names: the versioned files are linked
 # by path, which records their sonames. scripts/install-deps.sh installs the pinned pyarrow into the
 # same environment as PyTorch's wheel (MPIBERT_PYTHON), so that `cmake --install` copies both into
 # the prefix (cmake/install_wheel_libraries.cmake) and the programs' RUNPATH finds them there.

@@ -18,7 +18,7 @@
 #    environment (relative to the repository root, or absolute), which the build (CMakeLists.txt)
 #    and the tools' launchers (tools/launch.sh) read too; a cluster's own LibTorch is given to CMake instead (-DTorch_DIR or
 #    -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
-#  - Apache Arrow's C++ libraries and headers: PyPI's pyarrow wheel (pyarrow==26.0.1), whose
+#  - Apache Arrow's C++ libraries and headers: PyPI's pyarrow wheel (pyarrow==25.0.1), whose
 #    libarrow and libparquet the Parquet reader links (scripts/arrow_wheel.cmake); installed with
 #    MPIBERT_SKIP_TORCH=1 too.
 #  - the analysis tools (tools/: tools/compare, tools/scaling-model) as the package mpibert-tools,
@@ -33,7 +33,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 torch_version=2.11.0
-pyarrow_version=26.0.1  # Arrow 26's C++ headers are C++20: the Parquet reader alone is compiled so
+# The newest pyarrow that MLflow's pinned server (tools/constraints.txt) allows. Arrow's C++ headers
+# are C++20: the Parquet reader alone is compiled so.
+pyarrow_version=25.0.1
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
