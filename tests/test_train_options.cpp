@@ -280,7 +280,7 @@ TEST(TrainOptionRecords, OnlyProvablyLocalOptionsAreLeftOutOfTheRunDescription) 
   });
   const std::set<std::string> expected = {
       "model_config",
-      "vocab",  // described by their content
+      "tokenizer",  // described by their content
       "max_seq_length",
       "doc_stride",              // each rank checks its shards against them
       "report_to",               // rank 0 alone reports
