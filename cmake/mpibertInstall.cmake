@@ -4,10 +4,11 @@
 #    as copied into P (relative to $ORIGIN, so that P may move), then the folders of the other
 #    libraries linked from outside the system's default ones (a site's MPI or HDF5 module);
 #    with a LibTorch of its own (-DTorch_DIR), where that LibTorch and the linked libraries are.
-#  - mpibert_install_wheel(): with the wheel, the libraries the programs load (LibTorch, the CUDA
-#    runtime, NCCL, ...) copied into P/lib/mpibert/wheel in the wheel's own layout, so that their
-#    own RUNPATHs ($ORIGIN/../../nvidia/...) hold; the wheels' licenses; LibTorch's headers for the
-#    projects that link mpibert (install_wheel_libraries.cmake does the copying, at install time).
+#  - mpibert_install_wheel(): the wheels' libraries the programs load (LibTorch, the CUDA runtime,
+#    NCCL, ... with PyTorch's wheel; always libarrow and libparquet from pyarrow's) copied into
+#    P/lib/mpibert/wheel in the wheels' own layout, so that their own RUNPATHs
+#    ($ORIGIN/../../nvidia/...) hold; the wheels' licenses; LibTorch's headers for the projects that
+#    link mpibert (install_wheel_libraries.cmake does the copying, at install time).
 #  - mpibert_install_modulefile(): an Lmod modulefile, P/share/modulefiles/mpibert/VERSION.lua.
 
 set(MPIBERT_WHEEL_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/mpibert/wheel")
@@ -71,16 +72,24 @@ function(mpibert_library_dirs out)
 endfunction()
 
 macro(mpibert_install_rpath)
+  # pyarrow's folder, copied beside the other wheels' (it must share their site-packages folder).
+  mpibert_below_wheel("${MPIBERT_ARROW_LIBRARY_DIR}" _arrow_below)
+  if(NOT _arrow_below)
+    message(FATAL_ERROR "mpibert: pyarrow (${MPIBERT_ARROW_LIBRARY_DIR}) is not in the environment of PyTorch's wheel "
+                        "(${MPIBERT_WHEEL_SITE}): install both into one (scripts/install-deps.sh)")
+  endif()
+  file(RELATIVE_PATH _bin_to_prefix "/prefix/${CMAKE_INSTALL_BINDIR}" "/prefix")
+  string(REGEX REPLACE "/$" "" _bin_to_prefix "${_bin_to_prefix}")
+  set(_arrow_rpath "$ORIGIN/${_bin_to_prefix}/${MPIBERT_WHEEL_INSTALL_DIR}/${_arrow_below}")
   if(MPIBERT_TORCH_FROM_WHEEL)
-    file(RELATIVE_PATH _bin_to_prefix "/prefix/${CMAKE_INSTALL_BINDIR}" "/prefix")
-    string(REGEX REPLACE "/$" "" _bin_to_prefix "${_bin_to_prefix}")
     set(CMAKE_INSTALL_RPATH "")
     foreach(_dir IN LISTS MPIBERT_WHEEL_LIBRARY_DIRS)
       mpibert_below_wheel("${_dir}" _below)
       list(APPEND CMAKE_INSTALL_RPATH "$ORIGIN/${_bin_to_prefix}/${MPIBERT_WHEEL_INSTALL_DIR}/${_below}")
     endforeach()
-    set(_others ${MPI_C_LIBRARIES} ${HDF5_C_LIBRARIES} ${ZLIB_LIBRARIES} ${Protobuf_LIBRARIES})
-    foreach(_target spdlog::spdlog fmt::fmt mpibert::utf8proc)
+    list(APPEND CMAKE_INSTALL_RPATH "${_arrow_rpath}")
+    set(_others ${MPI_C_LIBRARIES} ${HDF5_C_LIBRARIES} ${ZLIB_LIBRARIES} ${CURL_LIBRARIES} ${Protobuf_LIBRARIES})
+    foreach(_target spdlog::spdlog fmt::fmt mpibert::utf8proc mpibert::pcre2)
       if(TARGET ${_target})
         get_target_property(_aliased ${_target} ALIASED_TARGET)
         if(NOT _aliased)  # found, not built here
@@ -107,31 +116,33 @@ macro(mpibert_install_rpath)
     unset(_aliased)
   else()
     # A LibTorch of its own stays where it is (a site's installation), and so do the CUDA
-    # toolkit's libraries it links.
-    set(CMAKE_INSTALL_RPATH "${TORCH_INSTALL_PREFIX}/lib")
+    # toolkit's libraries it links; Arrow's copy comes first.
+    set(CMAKE_INSTALL_RPATH "${_arrow_rpath};${TORCH_INSTALL_PREFIX}/lib")
     set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
   endif()
+  unset(_arrow_below)
+  unset(_arrow_rpath)
 endmacro()
 
 function(mpibert_install_wheel)
-  if(NOT MPIBERT_TORCH_FROM_WHEEL)
-    return()
-  endif()
-  # The wheel's libraries that the package's config imports (linked by name, so loaded by the
+  # The wheels' libraries that the package's config imports (linked by name, so loaded by the
   # programs, so copied), as paths below the wheel folder; and their imported targets' names there.
   set(linked "")
   set(targets "")
-  set(files "")
-  foreach(name IN LISTS MPIBERT_TORCH_LIBRARY_NAMES)
-    get_target_property(file mpibert_wheel_${name} IMPORTED_LOCATION)
-    list(APPEND files "${file}")
-  endforeach()
-  if(TARGET mpibert_wheel_cudart)
-    get_target_property(file mpibert_wheel_cudart IMPORTED_LOCATION)
-    list(APPEND files "${file}")
-  endif()
-  if(MPIBERT_NCCL)
-    list(APPEND files "${NCCL_LIBRARY}")
+  set(arrow_targets "")
+  set(files ${MPIBERT_ARROW_LIBRARIES})
+  if(MPIBERT_TORCH_FROM_WHEEL)
+    foreach(name IN LISTS MPIBERT_TORCH_LIBRARY_NAMES)
+      get_target_property(file mpibert_wheel_${name} IMPORTED_LOCATION)
+      list(APPEND files "${file}")
+    endforeach()
+    if(TARGET mpibert_wheel_cudart)
+      get_target_property(file mpibert_wheel_cudart IMPORTED_LOCATION)
+      list(APPEND files "${file}")
+    endif()
+    if(MPIBERT_NCCL)
+      list(APPEND files "${NCCL_LIBRARY}")
+    endif()
   endif()
   foreach(file IN LISTS files)
     mpibert_below_wheel("${file}" below)
@@ -140,19 +151,25 @@ function(mpibert_install_wheel)
     endif()
     list(APPEND linked "${below}")
     get_filename_component(name "${file}" NAME_WE)
-    if(NOT name MATCHES "^lib(cudart|nccl)$")
+    if(name MATCHES "^lib(arrow|parquet)$")
+      list(APPEND arrow_targets "mpibert::wheel_${name}")
+    elseif(NOT name MATCHES "^lib(cudart|nccl)$")
       list(APPEND targets "mpibert::wheel_${name}")
     endif()
   endforeach()
   string(REPLACE ";" " " linked "${linked}")
   set(MPIBERT_WHEEL_INSTALLED_LIBRARIES "${linked}" PARENT_SCOPE)
   set(MPIBERT_TORCH_TARGETS_INSTALLED "${targets}" PARENT_SCOPE)
+  set(MPIBERT_ARROW_TARGETS_INSTALLED "${arrow_targets}" PARENT_SCOPE)
 
   install(CODE "set(MPIBERT_PROGRAMS \"$<TARGET_FILE:mpibert>;$<TARGET_FILE:mpibert-prep>\")
     set(MPIBERT_WHEEL_SITE \"${MPIBERT_WHEEL_SITE}\")
     set(MPIBERT_WHEEL_DEST \"\${CMAKE_INSTALL_PREFIX}/${MPIBERT_WHEEL_INSTALL_DIR}\")
     set(MPIBERT_WHEEL_LICENSES \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DOCDIR}/wheels\")
     include(\"${PROJECT_SOURCE_DIR}/cmake/install_wheel_libraries.cmake\")")
+  if(NOT MPIBERT_TORCH_FROM_WHEEL)
+    return()  # a LibTorch of its own is not copied
+  endif()
   # LibTorch's headers, for the projects that link mpibert, without LibTorch's own copy of fmt (the
   # fmt of spdlog's is the one to compile against: mpibertDependencies.cmake says why).
   install(DIRECTORY "${TORCH_INSTALL_PREFIX}/include/" DESTINATION "${MPIBERT_WHEEL_INSTALL_DIR}/torch/include"

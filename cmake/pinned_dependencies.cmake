@@ -1,4 +1,5 @@
-# The small libraries a cluster seldom provides as modules, pinned: where find_package does not find
+# The small libraries a cluster seldom provides as modules (PCRE2: its 32-bit library, which
+# distributions build but do not always install the headers of), pinned: where find_package does not find
 # one, the build builds it from the release archive named here, checked against its SHA-256
 # (cmake/mpibertDependencies.cmake, FetchContent). Debian 12's versions, so that a build without
 # root compiles against what the apt build does. The archives are Debian's source archives
@@ -14,7 +15,7 @@
 #   archives from a local folder); one already there with the right SHA-256 is kept:
 #     cmake -DMPIBERT_DEPENDENCY_ARCHIVES=DIR [-DNAMES="spdlog;fmt"] -P cmake/pinned_dependencies.cmake
 
-set(MPIBERT_PINNED fmt spdlog CLI11 nlohmann_json utf8proc)
+set(MPIBERT_PINNED fmt spdlog CLI11 nlohmann_json utf8proc pcre2)
 
 set(MPIBERT_PINNED_fmt_VERSION 9.1.0)
 set(MPIBERT_PINNED_fmt_FILE "fmtlib_9.1.0+ds1.orig.tar.gz")
@@ -45,6 +46,12 @@ set(MPIBERT_PINNED_utf8proc_FILE "utf8proc_2.8.0.orig.tar.gz")
 set(MPIBERT_PINNED_utf8proc_POOL "u/utf8proc")
 set(MPIBERT_PINNED_utf8proc_SHA256 a0a60a79fe6f6d54e7d411facbfcc867a6e198608f2cd992490e46f04b1bcecc)
 set(MPIBERT_PINNED_utf8proc_SHA1 7713007fde54cc8f8238936cae246c4ce30180f9)
+
+set(MPIBERT_PINNED_pcre2_VERSION 10.42)
+set(MPIBERT_PINNED_pcre2_FILE "pcre2_10.42.orig.tar.gz")
+set(MPIBERT_PINNED_pcre2_POOL "p/pcre2")
+set(MPIBERT_PINNED_pcre2_SHA256 c33b418e3b936ee3153de2c61cc638e7e4fe3156022a5c77d0711bcbb9d64f1f)
+set(MPIBERT_PINNED_pcre2_SHA1 0c265c2e3b8325db8d87d06e8a4cc31ce4cbc731)
 
 function(mpibert_pinned_urls name out)
   set(file "${MPIBERT_PINNED_${name}_FILE}")

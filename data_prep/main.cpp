@@ -1,4 +1,5 @@
-// mpibert-prep: `mpirun -n N mpibert-prep --input F --vocab V --out DIR --split train|eval`
+// mpibert-prep: `mpirun -n N mpibert-prep --input F|DIR|PATTERN --tokenizer T --out DIR --split train|eval`
+//               `mpirun -n N mpibert-prep --dataset-name OWNER/NAME [--dataset-config C] --tokenizer T --out DIR ...`
 //               `mpibert-prep inspect DIR`
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -17,9 +18,28 @@ int main(int argc, char** argv) {
   std::string log_level = "info", inspect_dir;
   bool log_all_ranks = false;
 
-  CLI::App app{"Turns SQuAD JSON into HDF5 feature shards, one per MPI rank."};
-  app.add_option("--input", options.input, "SQuAD v1.1/v2.0 JSON, plain or .gz");
-  app.add_option("--vocab", options.vocab, "WordPiece vocab.txt");
+  CLI::App app{"Turns SQuAD (nested JSON, flat JSON, JSON Lines or Parquet) into HDF5 feature shards, one per MPI rank."};
+  app.add_option("--input", options.input,
+                 "SQuAD v1.1/v2.0: nested JSON, run_qa's flat JSON or JSON Lines (plain or .gz), or Parquet as the HF Hub "
+                 "stores it; a file, a folder or a glob pattern of shards");
+  auto* dataset_name = app.add_option("--dataset-name", options.dataset_name,
+                                      "instead of --input: an HF Hub dataset (OWNER/NAME) already downloaded into the HF cache "
+                                      "($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub); --split picks its "
+                                      "train or validation files");
+  app.add_option("--dataset-config", options.dataset_config, "the dataset's config (default: its only one)")->needs(dataset_name);
+  app.add_option("--question-column", options.columns.question, "column of the questions (run_qa's question_column_name)")
+      ->capture_default_str();
+  app.add_option("--context-column", options.columns.context, "column of the contexts (run_qa's context_column_name)")
+      ->capture_default_str();
+  app.add_option("--answer-column", options.columns.answers,
+                 "column of the answers, with the lists text and answer_start (run_qa's answer_column_name)")
+      ->capture_default_str();
+  std::string vocab;
+  auto* tokenizer = app.add_option("--tokenizer", options.tokenizer,
+                                   "the model's tokenizer: its directory (tokenizer.json, or vocab.txt, vocab.json + merges.txt, "
+                                   "spm.model, sentencepiece.bpe.model, with tokenizer_config.json) or a tokenizer.json");
+  app.add_option("--vocab", vocab, "an uncased BERT's WordPiece vocab.txt (the shortcut of --tokenizer for it)")
+      ->excludes(tokenizer);
   app.add_option("--out", options.out_dir, "output directory");
   app.add_option("--split", options.split, "train or eval")->capture_default_str();
   app.add_option("--max-seq-length", options.params.max_seq_length)
@@ -81,11 +101,19 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  for (const auto* name : {"--input", "--vocab", "--out"})
-    if (app.count(name) == 0) {
-      std::cerr << "mpibert-prep: " << name << " is required\n" << app.help();
-      return 2;
-    }
+  if (app.count("--input") + app.count("--dataset-name") != 1) {
+    std::cerr << "mpibert-prep: give one of --input and --dataset-name\n" << app.help();
+    return 2;
+  }
+  if (app.count("--out") == 0) {
+    std::cerr << "mpibert-prep: --out is required\n" << app.help();
+    return 2;
+  }
+  if (options.tokenizer.empty() && vocab.empty()) {
+    std::cerr << "mpibert-prep: --tokenizer (or --vocab) is required\n" << app.help();
+    return 2;
+  }
+  if (options.tokenizer.empty()) options.tokenizer = vocab;
 
   // A write past RLIMIT_FSIZE must fail with EFBIG and be reported, not kill the rank silently.
   std::signal(SIGXFSZ, SIG_IGN);

@@ -33,13 +33,14 @@ LAYERS = {
     "parallel": ["core", "runtime", "comm", "nn", "optim"],  # the data-parallel strategies, knowing no BERT
     "model": ["core", "text", "nn"],                     # BERT-QA, HF model dirs, FLOPs
     "eval": ["core", "text", "data", "runtime", "nn"],    # the model on batches, evaluation, answer extraction, the metrics
-    "train": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval"],  # the model on batches, evaluation, trainer
-    "cli": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "train"],  # the subcommands
+    "report": ["core"],                                  # the trackers: their interface, MLflow over REST, the W&B companion
+    "train": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "report"],  # the trainer
+    "cli": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "report", "train"],  # the subcommands
 }
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h", ".cc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 # Headers the build generates (protoc's), which no checkout holds.
-GENERATED = {"tensorboard_event.pb.h"}
+GENERATED = {"tensorboard_event.pb.h", "sentencepiece_model.pb.h"}
 # The layers that must know no concrete model, and what declares one in the model layer.
 MODEL_AGNOSTIC = ("train", "eval", "cli")
 TORCH_MODULE = re.compile(r"\bTORCH_MODULE\((\w+)\)")

@@ -9,7 +9,7 @@
 #    needs the way the build finds it (cmake/probe: the build's own find_package, pkg-config and
 #    mpicc searches), names what is missing and where it looked, and downloads the release
 #    archives of the small libraries that are missing (spdlog, fmt, CLI11, nlohmann-json,
-#    utf8proc: cmake/pinned_dependencies.cmake, their SHA-256 checked) into
+#    utf8proc, PCRE2: cmake/pinned_dependencies.cmake, their SHA-256 checked) into
 #    MPIBERT_DEPENDENCY_ARCHIVES (default .deps/), from which the build builds them, network or not.
 # Both ways then install into the project's virtual environment .venv/:
 #  - LibTorch: PyTorch's wheel from PyPI (torch==2.11.0, the version of the GPU image, built for
@@ -18,8 +18,13 @@
 #    environment (relative to the repository root, or absolute), which the build (CMakeLists.txt)
 #    and the tools' launchers (tools/launch.sh) read too; a cluster's own LibTorch is given to CMake instead (-DTorch_DIR or
 #    -DCMAKE_PREFIX_PATH) and this part is skipped with MPIBERT_SKIP_TORCH=1.
+#  - Apache Arrow's C++ libraries and headers: PyPI's pyarrow wheel (pyarrow==25.0.1), whose
+#    libarrow and libparquet the Parquet reader links (scripts/arrow_wheel.cmake); installed with
+#    MPIBERT_SKIP_TORCH=1 too.
 #  - the analysis tools (tools/: tools/compare, tools/scaling-model) as the package mpibert-tools,
-#    with matplotlib and PyYAML from PyPI at the versions of tools/constraints.txt.
+#    with matplotlib and PyYAML from PyPI at the versions of tools/constraints.txt, and its
+#    trackers' part (mpibert-report: W&B's SDK wandb, MLflow's client) with MLflow's tracking server
+#    (mlflow: the tests start one), at the versions pinned there too.
 # On a fresh machine PyPI's download (about 4.5 GB) runs while apt installs the Debian packages.
 #   scripts/install-deps.sh [--no-root] [--with-sanitizers]
 # (--with-reports, which installed Debian's python3-matplotlib, is still accepted: the tools and
@@ -28,12 +33,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 torch_version=2.11.0
+# The newest pyarrow that MLflow's pinned server (tools/constraints.txt) allows. Arrow's C++ headers
+# are C++20: the Parquet reader alone is compiled so.
+pyarrow_version=25.0.1
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libhdf5-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev
-  nlohmann-json3-dev libutf8proc-dev zlib1g-dev
-  libprotobuf-dev protobuf-compiler
+  nlohmann-json3-dev libutf8proc-dev libpcre2-dev zlib1g-dev
+  libprotobuf-dev protobuf-compiler libcurl4-openssl-dev
   python3-venv
 )
 no_root=0
@@ -176,8 +184,18 @@ if [ -n "$torch_pid" ]; then
   "$venv/bin/python3" -c 'import torch; print("install-deps: torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null
 fi
 
+# Apache Arrow's libarrow, libparquet and their headers, for the Parquet reader (the build links
+# them from the wheel and `cmake --install` copies them, as PyTorch's).
+if ! "$venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('pyarrow') != '$pyarrow_version')" 2>/dev/null; then
+  echo "install-deps: installing pyarrow==$pyarrow_version into $venv (Apache Arrow's C++ libraries, for reading Parquet)"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "pyarrow==$pyarrow_version"
+else
+  echo "install-deps: pyarrow $pyarrow_version in $venv"
+fi
+
 # The analysis tools, editable: the launchers in tools/ and the console scripts run this
-# checkout's code with the plotting libraries pinned in tools/constraints.txt.
+# checkout's code with the plotting libraries pinned in tools/constraints.txt; with the trackers'
+# part (mpibert-report: wandb, MLflow's client) and MLflow's server, which the tests run.
 if ! "$venv/bin/python3" - tools/constraints.txt <<'PY' 2>/dev/null
 import importlib.metadata as m, sys
 m.version("mpibert-tools")
@@ -188,8 +206,8 @@ for line in open(sys.argv[1]):
         assert m.version(name) == version, name
 PY
 then
-  echo "install-deps: installing the analysis tools (tools/, mpibert-tools) and their plotting libraries into $venv"
-  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -c tools/constraints.txt setuptools -e ./tools
+  echo "install-deps: installing the analysis tools (tools/, mpibert-tools), their plotting libraries, wandb and mlflow into $venv"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check -c tools/constraints.txt setuptools -e './tools[trackers]' mlflow
 fi
 [ "${MPIBERT_SKIP_TORCH:-0}" = 1 ] && exit 0
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mpibert/core/io.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert::test {
@@ -20,8 +21,19 @@ namespace mpibert::test {
 struct EncoderFamily {
   std::string fixture, model_type, architecture;
   std::vector<std::string> dropout_keys;  // every dropout probability of its config.json
+  std::string tokenizer;                  // its kind of tokenizer: a folder of $MPIBERT_FIXTURES/tokenizers
   // Its fixture's file `name`.
   std::string file(const std::string& name) const { return fixtures_dir() + "/encoders/" + fixture + "/" + name; }
+  std::string tokenizer_dir() const { return fixtures_dir() + "/tokenizers/" + tokenizer; }
+  // Its config (as config()) for training on shards made by its tokenizer: an embedding row for
+  // each of the tokenizer's ids, and positions for mpibert-prep's 384 tokens (RoBERTa's padding
+  // offset included).
+  nlohmann::json training_config(double dropout) const {
+    nlohmann::json json = config(dropout);
+    json["vocab_size"] = HfTokenizer::load(tokenizer_dir()).vocab_size();
+    if (json.contains("max_position_embeddings")) json["max_position_embeddings"] = 514;
+    return json;
+  }
   // The fixture's config.json, every dropout at `dropout` when it is not negative.
   nlohmann::json config(double dropout = -1) const {
     nlohmann::json json = read_json_file(file("config.json"));
@@ -34,11 +46,11 @@ struct EncoderFamily {
 inline const std::vector<EncoderFamily>& encoder_families() {
   static const std::vector<std::string> bert_like = {"hidden_dropout_prob", "attention_probs_dropout_prob"};
   static const std::vector<EncoderFamily> table = {
-      {"roberta", "roberta", "RobertaForQuestionAnswering", bert_like},
-      {"xlm-roberta", "xlm-roberta", "XLMRobertaForQuestionAnswering", bert_like},
-      {"electra", "electra", "ElectraForQuestionAnswering", bert_like},
-      {"deberta-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like},
-      {"deberta-v2", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like},
+      {"roberta", "roberta", "RobertaForQuestionAnswering", bert_like, "roberta"},
+      {"xlm-roberta", "xlm-roberta", "XLMRobertaForQuestionAnswering", bert_like, "xlm-roberta"},
+      {"electra", "electra", "ElectraForQuestionAnswering", bert_like, "wordpiece-uncased"},
+      {"deberta-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like, "deberta-v3"},
+      {"deberta-v2", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like, "deberta-v3"},
   };
   return table;
 }

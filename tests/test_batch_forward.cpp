@@ -44,7 +44,7 @@ TEST(BucketedPacking, TheFillerAddsNothingToTheLossOrTheGradients) {
   for (const int64_t granularity : {256, 1024}) {
     SCOPED_TRACE("buckets of " + std::to_string(granularity) + " tokens");
     const TokenBuckets buckets{static_cast<int64_t>(indices.size()), max_seq_length, granularity};
-    const Batch bucketed = make_batch(store, indices, Padding::kPacked, 0, false, &buckets);
+    const Batch bucketed = make_batch(store, indices, Padding::kPacked, false, &buckets);
     ASSERT_GT(bucketed.bucket, plain.real_tokens);
     const auto [bucketed_loss, bucketed_gradients] = loss_and_gradients(bucketed);
     EXPECT_NEAR(bucketed_loss, loss, 1e-6 * loss);

@@ -126,7 +126,7 @@ TEST_F(BatchLoading, TheFillersPositionsStayBelowTheModelsPositionLimit) {
   const std::vector<int64_t> indices(order.begin(), order.begin() + 4);
   TokenBuckets buckets{4, store_->manifest().params.max_seq_length, 4096};  // a filler of over 2,500 tokens
   buckets.position_limit = 64;
-  const Batch batch = make_batch(*store_, indices, Padding::kPacked, 0, false, &buckets);
+  const Batch batch = make_batch(*store_, indices, Padding::kPacked, false, &buckets);
   const int64_t real = batch.real_tokens;
   ASSERT_GT(batch.bucket - real, 64) << "the filler must be longer than the limit for this test to mean anything";
   const torch::Tensor filler = batch.position_ids.slice(0, real);
@@ -146,7 +146,7 @@ TEST_F(BatchLoading, BucketedPackingPadsToABucketWithOneFillerFeature) {
   EXPECT_EQ(buckets.all().back(), (4 * 384 / 256 + 1) * 256);
   EXPECT_EQ(buckets.logits_width(), 384);
   const Batch plain = make_batch(*store_, indices, Padding::kPacked);
-  const Batch bucketed = make_batch(*store_, indices, Padding::kPacked, 0, false, &buckets);
+  const Batch bucketed = make_batch(*store_, indices, Padding::kPacked, false, &buckets);
   const int64_t real = plain.real_tokens;
   EXPECT_EQ(bucketed.bucket, (real / 256 + 1) * 256);
   EXPECT_EQ(bucketed.real_tokens, real);
@@ -170,7 +170,7 @@ TEST_F(BatchLoading, BucketedPackingPadsToABucketWithOneFillerFeature) {
   EXPECT_EQ(bucketed.start_positions[4].item<int64_t>(), 384);  // the loss's ignored index
   EXPECT_EQ(bucketed.end_positions[4].item<int64_t>(), 384);
   // Three features where the buckets are for four: packed as usual.
-  const Batch short_batch = make_batch(*store_, {order[0], order[1], order[2]}, Padding::kPacked, 0, false, &buckets);
+  const Batch short_batch = make_batch(*store_, {order[0], order[1], order[2]}, Padding::kPacked, false, &buckets);
   EXPECT_EQ(short_batch.bucket, 0);
   EXPECT_EQ(short_batch.feature_offsets.size(), 4u);
   // The loader: every full micro-batch bucketed, the last (shorter) one not.

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The README's build on a machine where install-deps can install nothing system-wide, played here:
 # in private mount and network namespaces, dpkg, apt and sudo are gone (removed in an overlay of
-# /usr/bin), every file of Debian's spdlog, fmt, CLI11, nlohmann-json and utf8proc packages is
+# /usr/bin), every file of Debian's spdlog, fmt, CLI11, nlohmann-json, utf8proc and PCRE2 (-dev) packages is
 # hidden (overlays on /usr/include, /usr/lib/x86_64-linux-gnu and /usr/share), the CUDA toolkit too
 # (a tmpfs over each /usr/local/cuda-*: a CPU box, or a login node before `module load cuda`), and
 # there is no network but loopback. As an unprivileged user (nobody), in a copy of the working tree whose .venv
 # is this checkout's (read only: torch and the tools are already there),
 #   bash scripts/install-deps.sh && bash scripts/build.sh mpibert mpibert-prep
-# must then take the way without root (never sudo or apt), name the five libraries as to be built
+# must then take the way without root (never sudo or apt), name the six libraries as to be built
 # from their pinned releases, and the build must build them from the release archives and link
 # them statically: mpibert --version and mpibert-prep --help run with the system copies still
 # hidden, and no object was compiled from a header outside the pinned releases; the CUDA and NCCL
@@ -24,7 +24,7 @@
 # The build reuses what the main build compiled where the compiler's input is the same: the ccache
 # of the user running the test (root's, which scripts/build.sh filled) is offered to nobody read
 # only, mounted in the namespace, and scripts/build.sh hashes paths relative to the checkout, so
-# the copy's paths hash as the checkout's. Only a compilation that includes none of the five
+# the copy's paths hash as the checkout's. Only a compilation that includes none of the six
 # libraries can hit (protobuf's generated code): every layer's object includes spdlog, whose Debian
 # headers are patched (tweakme.h, fmt/fmt.h) and used with other defines (SPDLOG_SHARED_LIB,
 # FMT_SHARED). The test prints how many compilations hit.
@@ -63,7 +63,7 @@ mkdir "$work/src" "$work/home" "$work/tmp"
 ln -sfn "$venv" "$work/src/.venv"  # (a worktree's .venv may be a link, which .gitignore's .venv/ lets through)
 chown -R nobody:nogroup "$work/src" "$work/home" "$work/tmp"
 
-packages=(libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libutf8proc-dev libutf8proc2)
+packages=(libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libutf8proc-dev libutf8proc2 libpcre2-dev)
 for p in "${packages[@]}"; do dpkg -L "$p" 2> /dev/null || true; done | { grep -v '^/usr/share/doc' || true; } > "$work/hide.list"
 [ -s "$work/hide.list" ] || fail "none of ${packages[*]} is installed here: nothing to hide"
 # The Python environment and its interpreter must be reachable for nobody: where a folder above
@@ -92,14 +92,14 @@ done < "$work/hide.list"
 tac "$work/hide.list" | while read -r path; do
   if overlaid "$path" && [ -d "$path" ] && [ -z "$(ls -A "$path")" ]; then rmdir "$path"; fi
 done
-for header in spdlog/spdlog.h fmt/format.h CLI/CLI.hpp nlohmann/json.hpp utf8proc.h; do
+for header in spdlog/spdlog.h fmt/format.h CLI/CLI.hpp nlohmann/json.hpp utf8proc.h pcre2.h; do
   if echo "#include <$header>" | g++ -x c++ -E - > /dev/null 2>&1; then echo "the compiler still finds <$header>"; exit 1; fi
 done
 for tool in dpkg dpkg-query apt apt-get apt-cache sudo; do rm -f "/usr/bin/$tool"; done
 for tool in dpkg dpkg-query apt-get sudo; do
   ! command -v "$tool" > /dev/null || { echo "$tool is still on PATH: $(command -v "$tool")"; exit 1; }
 done
-echo "hidden: $(wc -l < "$work/hide.list") paths of Debian's spdlog, fmt, CLI11, nlohmann-json and utf8proc; dpkg, apt, sudo"
+echo "hidden: $(wc -l < "$work/hide.list") paths of Debian's spdlog, fmt, CLI11, nlohmann-json, utf8proc and PCRE2; dpkg, apt, sudo"
 # No CUDA toolkit either, as on a login node before `module load cuda`: the CUDA runtime, its
 # headers and NCCL come from the PyTorch wheel alone.
 for toolkit in /usr/local/cuda-*; do
@@ -177,7 +177,7 @@ unshare --mount --net --propagation private bash "$work/inside.sh" "$root" "$wor
 src=$work/src
 log=$work/install-deps.log
 grep -q "^install-deps: without root or apt (no apt-get or dpkg-query here)" "$log" || fail "install-deps.sh did not take the way without root: $(head -3 "$log")"
-for name in fmt spdlog CLI11 nlohmann_json utf8proc; do
+for name in fmt spdlog CLI11 nlohmann_json utf8proc pcre2; do
   grep -q "^install-deps: build: $name " "$log" || fail "install-deps.sh did not name $name as to be built ($log)"
   grep -q "building $name .* from its pinned release" "$src/build.log" || fail "the build did not build $name from its pinned release"
 done
@@ -194,8 +194,8 @@ assert env["nccl"] not in (None, "", "none"), env
 print(f"mpibert env: libtorch {env['libtorch']}, nccl {env['nccl']}, devices {env['devices']}")
 CHECK
 if grep -q "/usr/local/cuda" "$work/ldd.txt"; then fail "a program links a library of /usr/local/cuda"; fi
-if grep -E -q "lib(spdlog|fmt|utf8proc)\.so" "$work/ldd.txt"; then
-  fail "a program loads a shared spdlog, fmt or utf8proc: $(grep -E "lib(spdlog|fmt|utf8proc)" "$work/ldd.txt" | head -1)"
+if grep -E -q "lib(spdlog|fmt|utf8proc|pcre2-32)\.so" "$work/ldd.txt"; then
+  fail "a program loads a shared spdlog, fmt, utf8proc or PCRE2: $(grep -E "lib(spdlog|fmt|utf8proc|pcre2-32)" "$work/ldd.txt" | head -1)"
 fi
 # The headers each object was compiled from (ninja's log of the compiler's dependency files; ninja
 # names those below the build folder relative to it).
@@ -203,7 +203,7 @@ fi
 # it must lead to the pinned fmt.
 (cd "$src/build" && ninja -t deps) > "$work/deps.txt"
 case $(realpath "$src/build/system-fmt/fmt") in "$src/build/_deps/"*) ;; *) fail "build/system-fmt/fmt leads to $(realpath "$src/build/system-fmt/fmt")" ;; esac
-for header in spdlog/spdlog.h fmt/format.h CLI/CLI.hpp nlohmann/json.hpp utf8proc.h; do
+for header in spdlog/spdlog.h fmt/format.h CLI/CLI.hpp nlohmann/json.hpp utf8proc.h pcre2.h; do
   elsewhere=$(grep "/$header\$" "$work/deps.txt" | grep -v -E "^ *($src/build/)?(_deps|system-fmt)/" || true)
   [ -z "$elsewhere" ] || fail "an object was compiled from a $header outside the pinned releases: $(echo "$elsewhere" | head -1)"
   grep -q -E "^ *($src/build/)?_deps/.*/$header\$" "$work/deps.txt" || fail "no object includes the pinned $header"

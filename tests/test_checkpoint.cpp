@@ -153,10 +153,15 @@ TEST(Checkpoint, RefusesATokenizerItDoesNotReproduce) {
   write_sentence_transformers_model(dir.file("st"), "0_Transformer", source);
   std::string message =
       test::error_of([&] { load_pretrained(dir.file("st"), test::write_other_vocab(dir.file("other-vocab.txt"))); });
-  EXPECT_NE(message.find("differs from the model's own " + dir.file("st/0_Transformer/vocab.txt")), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.file("other-vocab.txt") + ": is not the model's own tokenizer (WordPiece (" +
+                         dir.file("st/0_Transformer") + " (vocab.txt)))"),
+            std::string::npos)
+      << message;
+  // A cased model's own tokenizer does not lower-case: the uncased vocab.txt alone is another one.
   test::write_text(dir.file("st/0_Transformer/tokenizer_config.json"), R"({"do_lower_case": false})");
   message = test::error_of([&] { load_pretrained(dir.file("st"), test::vocab_path()); });
-  EXPECT_NE(message.find("a cased model"), std::string::npos) << message;
+  EXPECT_NE(message.find("is not the model's own tokenizer"), std::string::npos) << message;
+  EXPECT_EQ(test::error_of([&] { load_pretrained(dir.file("st"), dir.file("st/0_Transformer")); }), "<no error>");
   test::write_text(dir.file("st/modules.json"), R"([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
   message = test::error_of([&] { load_pretrained(dir.file("st")); });
   EXPECT_NE(message.find(dir.file("st/modules.json") + ": lists no sentence_transformers.models.Transformer"), std::string::npos)
@@ -186,8 +191,13 @@ TEST(Checkpoint, DirectoryErrors) {
   test::TempDir dir;
   BertForQuestionAnswering model(tiny_config());
   save_pretrained(model, dir.file("model"), test::vocab_path());
-  test::write_text(dir.file("small-vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\n");
-  EXPECT_NE(test::error_of([&] { load_pretrained(dir.file("model"), dir.file("small-vocab.txt")); }).find("has 4 tokens, but"),
+  // A tokenizer with ids past the model's embedding.
+  nlohmann::json config = nlohmann::json::parse(read_file(dir.file("model/config.json")));
+  config["vocab_size"] = 1000;
+  test::write_text(dir.file("model/config.json"), config.dump());
+  EXPECT_NE(test::error_of([&] {
+              load_pretrained(dir.file("model"), test::vocab_path());
+            }).find("has 30522 tokens, but " + dir.file("model/config.json") + " says vocab_size 1000"),
             std::string::npos);
   std::filesystem::create_directories(dir.file("torch"));
   test::write_text(dir.file("torch/pytorch_model.bin"), "not really");

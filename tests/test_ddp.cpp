@@ -46,13 +46,15 @@ class DataParallelRun : public ::testing::Test {
   static void TearDownTestSuite() { delete data_; }
 
   // `mpibert train` on `ranks` ranks (0: without mpiexec), into `out`.
+  // `config`, `shards`: files of data_; `tokenizer`: the shards' and the model's.
   static test::CommandResult train(int ranks, const std::string& out, const std::string& extra,
-                                   const std::string& environment = "", const std::string& config = "config.json") {
+                                   const std::string& environment = "", const std::string& config = "config.json",
+                                   const std::string& shards = "train", const std::string& tokenizer = test::vocab_path()) {
     const std::string launcher = ranks == 0 ? "timeout -k 10 120 "
                                             : "timeout -k 10 120 " + test::mpiexec() + " -n " + std::to_string(ranks) +
                                                   " --oversubscribe --bind-to none ";
     return test::run_command(environment + " " + launcher + test::bin_dir() + "/mpibert train --model-config " +
-                             data_->file(config) + " --vocab " + test::vocab_path() + " --train-shards " + data_->file("train") +
+                             data_->file(config) + " --tokenizer " + tokenizer + " --train-shards " + data_->file(shards) +
                              " --output-dir " + out +
                              " --threads 1 --padding full --learning-rate 0.001 --logging-steps 1 --seed 7 " + extra + " 2>&1");
   }
@@ -172,17 +174,16 @@ class FamilyDataParallelRun : public DataParallelRun, public ::testing::WithPara
 TEST_P(FamilyDataParallelRun, FsdpCheckpointReshardsOntoOneRank) {
   const test::EncoderFamily& family = GetParam();
   test::TempDir runs;
-  nlohmann::json config = family.config(0.0);
-  config["vocab_size"] = 30522;  // the shards' WordPiece ids
-  if (config.contains("max_position_embeddings")) config["max_position_embeddings"] = 514;
-  const std::string name = family.fixture + ".json";
-  test::write_text(data_->file(name), config.dump());
-  auto one = train(0, runs.file("one"), "--batch-size 12 --max-steps 2", "", name);
+  const std::string name = family.fixture + ".json", shards = family.fixture + "-train", tokenizer = family.tokenizer_dir();
+  test::write_text(data_->file(name), family.training_config(0.0).dump());
+  test::prepare_shards(data_->file(shards), test::squad_v1_path(), 0, 24, "train", tokenizer);
+  auto one = train(0, runs.file("one"), "--batch-size 12 --max-steps 2", "", name, shards, tokenizer);
   ASSERT_EQ(one.exit_status, 0) << one.output;
   const std::string resharded = runs.file("resharded");
-  auto first = train(2, resharded, "--batch-size 6 --max-steps 2 --stop-after-steps 1 --strategy fsdp", "", name);
+  auto first =
+      train(2, resharded, "--batch-size 6 --max-steps 2 --stop-after-steps 1 --strategy fsdp", "", name, shards, tokenizer);
   ASSERT_EQ(first.exit_status, 0) << first.output;
-  auto second = train(0, resharded, "--batch-size 12 --max-steps 2 --resume auto", "", name);
+  auto second = train(0, resharded, "--batch-size 12 --max-steps 2 --resume auto", "", name, shards, tokenizer);
   ASSERT_EQ(second.exit_status, 0) << second.output;
   EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
   const double difference =

@@ -2,7 +2,10 @@
 // answer round trip over the whole bundled dev set.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
 #include "mpibert/core/utf8.hpp"
 #include "mpibert/data/features.hpp"
 #include "mpibert/eval/squad_metrics.hpp"
@@ -11,10 +14,8 @@
 namespace mpibert {
 namespace {
 
-const WordPieceTokenizer& tokenizer() {
-  static WordPieceTokenizer instance(Vocab::load(test::vocab_path()));
-  return instance;
-}
+const HfTokenizer& tokenizer() { return test::wordpiece_tokenizer(); }
+uint32_t id_of(const char* token) { return static_cast<uint32_t>(*tokenizer().token_to_id(token)); }
 
 // A context of `n` one-token words "w0 w1 ..." is awkward in WordPiece, so use letters: "a b c ...",
 // each a single token whose character offset is 2 * index.
@@ -44,9 +45,9 @@ TEST(Windows, OverlapByDocStrideAndStopAtTheEnd) {
   std::vector<std::vector<int32_t>> windows;
   for (size_t f = 0; f < table.num_features(); ++f) {
     EXPECT_EQ(table.context_starts[f], 4);
-    EXPECT_EQ(table.input_ids[token_start], tokenizer().vocab().cls_id());
-    EXPECT_EQ(table.input_ids[token_start + 3], tokenizer().vocab().sep_id());
-    EXPECT_EQ(table.input_ids[token_start + table.lengths[f] - 1], tokenizer().vocab().sep_id());
+    EXPECT_EQ(table.input_ids[token_start], id_of("[CLS]"));
+    EXPECT_EQ(table.input_ids[token_start + 3], id_of("[SEP]"));
+    EXPECT_EQ(table.input_ids[token_start + table.lengths[f] - 1], id_of("[SEP]"));
     EXPECT_EQ(table.offsets[2 * token_start], -1);  // [CLS] has no context offset
     EXPECT_EQ(table.window_indices[f], f);
     windows.push_back(context_begins(table, f, token_start));
@@ -144,6 +145,65 @@ TEST(AnswerRoundTrip, DevSetLabelsRecoverTheAnswers) {
   EXPECT_GE(share, 0.995) << recovered << " of " << labelled;
   RecordProperty("recovered_share", std::to_string(share));
 }
+
+// run_qa.py's prepare_train_features / prepare_validation_features for other tokenizers than BERT's
+// (tests/fixtures/tokenizers/make_tokenizers.py wrote what they give on the dev set's first
+// article, max_length 128, stride 48): every window's input ids, sequence ids, context offsets and
+// labels equal ours.
+class RunQaFeatures : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RunQaFeatures, EqualRunQasOnTheFirstArticle) {
+  const std::string dir = test::fixtures_dir() + "/tokenizers/" + GetParam();
+  const nlohmann::json expected = nlohmann::json::parse(read_file(dir + "/features.json.gz"));
+  const HfTokenizer tokenizer = HfTokenizer::load(dir);
+  const SquadDataset data = read_squad(test::squad_v1_path());
+  const FeatureParams params{expected["max_length"].get<int32_t>(), expected["stride"].get<int32_t>(), 0};
+  const FeatureTable table = make_features(data, 0, data.articles[0].num_examples, tokenizer, params);
+  const nlohmann::json& features = expected["features"];
+  ASSERT_EQ(table.num_features(), features.size());
+  size_t token_start = 0, overruns = 0;
+  for (size_t f = 0; f < table.num_features(); ++f) {
+    const nlohmann::json& want = features[f];
+    const size_t length = table.lengths[f];
+    std::vector<int64_t> ids, hf_ids;
+    std::vector<nlohmann::json> offsets, sequence_ids, hf_offsets, hf_sequence_ids;
+    for (size_t t = 0; t < want["input_ids"].size(); ++t) {
+      if (want["attention_mask"][t] == 0) continue;
+      hf_ids.push_back(want["input_ids"][t]);
+      hf_offsets.push_back(want["offset_mapping"][t]);
+      hf_sequence_ids.push_back(want["sequence_ids"][t]);
+    }
+    const size_t context_start = table.context_starts[f];
+    for (size_t t = 0; t < length; ++t) {
+      ids.push_back(table.input_ids[token_start + t]);
+      const int32_t begin = table.offsets[2 * (token_start + t)], end = table.offsets[2 * (token_start + t) + 1];
+      const bool in_context = begin >= 0;
+      offsets.push_back(in_context ? nlohmann::json({begin, end}) : nlohmann::json());
+      const size_t specials_before = tokenizer.pair().before.size();
+      const size_t question_end = context_start - tokenizer.pair().between.size();
+      sequence_ids.push_back(in_context                                   ? nlohmann::json(1)
+                             : (t >= specials_before && t < question_end) ? nlohmann::json(0)
+                                                                          : nlohmann::json());
+    }
+    const std::string where = std::string(GetParam()) + " feature " + std::to_string(f) + " (" +
+                              want["example_id"].get<std::string>() + ")";
+    ASSERT_EQ(nlohmann::json(ids), nlohmann::json(hf_ids)) << where;
+    ASSERT_EQ(nlohmann::json(sequence_ids), nlohmann::json(hf_sequence_ids)) << where;
+    ASSERT_EQ(nlohmann::json(offsets), nlohmann::json(hf_offsets)) << where;
+    // run_qa's start scan runs one past the window when the answer starts at its last token (the
+    // first special after the context); ours stops there (window_labels, features.cpp).
+    const int last_context_token = static_cast<int>(length - tokenizer.pair().after.size()) - 1;
+    const bool overrun = table.start_positions[f] == last_context_token && want["start_position"] == last_context_token + 1;
+    overruns += overrun;
+    if (!overrun) EXPECT_EQ(table.start_positions[f], want["start_position"].get<int>()) << where;
+    EXPECT_EQ(table.end_positions[f], want["end_position"].get<int>()) << where;
+    token_start += length;
+  }
+  EXPECT_LT(overruns, table.num_features() / 50);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hub, RunQaFeatures, ::testing::Values("roberta", "deberta-v3"),
+                         [](const auto& info) { return std::string(info.param) == "roberta" ? "roberta" : "deberta_v3"; });
 
 }  // namespace
 }  // namespace mpibert

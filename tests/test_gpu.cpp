@@ -429,7 +429,7 @@ class FixtureRuns {
     o.train_dir = data_.file("train");
     o.output_dir = data_.file(name);
     o.model_config = data_.file("config.json");
-    o.vocab = test::vocab_path();
+    o.tokenizer = test::vocab_path();
     o.max_steps = steps;
     o.batch_size = 8;
     o.learning_rate = 1e-3;

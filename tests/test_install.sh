@@ -8,7 +8,8 @@
 #   2. P is moved, and in a private mount namespace the checkout's .venv (and the Python
 #      environment the build took LibTorch from) is hidden under an empty tmpfs. There:
 #      - the moved programs print their version, ldd finds every library they need and none in the
-#        checkout, and scripts/check_runpath.py finds the CUDA libraries in P's copies;
+#        checkout, scripts/check_runpath.py finds the CUDA libraries in P's copies, and the moved
+#        mpibert-prep reads Parquet through P's copies of the pyarrow wheel's libarrow and libparquet;
 #      - tests/consumer, a project of its own, configured with CMAKE_PREFIX_PATH at the moved P,
 #        finds the package, builds against mpibert::text, mpibert::eval and mpibert::model, and
 #        tokenizes a question, scores an answer and builds the small BERT with the numbers expected;
@@ -61,7 +62,7 @@ start=$(date +%s)
 # --- 1. the install ------------------------------------------------------------------------------
 cmake --install "$build" --prefix "$prefix" > "$work/install.log" 2>&1 || { cat "$work/install.log"; fail "cmake --install $build"; }
 for f in bin/mpibert bin/mpibert-prep lib/libmpibert_core.a lib/libmpibert_train.a lib/libmpibert_cli.a \
-         include/mpibert/text/tokenizer.hpp include/mpibert/train/trainer.hpp \
+         include/mpibert/text/hf_tokenizer.hpp include/mpibert/train/trainer.hpp \
          lib/cmake/mpibert/mpibertConfig.cmake lib/cmake/mpibert/mpibertConfigVersion.cmake \
          lib/cmake/mpibert/mpibertTargets.cmake share/doc/mpibert/LICENSE share/doc/mpibert/THIRD_PARTY_NOTICES.md \
          share/modulefiles/mpibert/0.1.0.lua lib/mpibert/wheel/torch/lib/libtorch_cpu.so \
@@ -70,6 +71,10 @@ for f in bin/mpibert bin/mpibert-prep lib/libmpibert_core.a lib/libmpibert_train
 done
 [ ! -e "$prefix/lib/mpibert/wheel/torch/include/fmt" ] || fail "LibTorch's own fmt headers were installed"
 ls "$prefix"/share/doc/mpibert/wheels/torch-*/LICENSE > /dev/null 2>&1 || fail "torch's license is not in $prefix/share/doc/mpibert/wheels"
+for library in libarrow libparquet; do
+  ls "$prefix/lib/mpibert/wheel/pyarrow/$library.so."[0-9]* > /dev/null 2>&1 || fail "pyarrow's $library is not in $prefix/lib/mpibert/wheel/pyarrow"
+done
+ls "$prefix"/share/doc/mpibert/wheels/pyarrow-*/LICENSE.txt > /dev/null 2>&1 || fail "pyarrow's license is not in $prefix/share/doc/mpibert/wheels"
 grep -q "Apache License" "$prefix/share/doc/mpibert/LICENSE" || fail "the installed LICENSE is not the Apache License"
 # Text files only (the wheel's libraries carry their own build paths in their strings).
 named=$(grep -rlI -e "$root" "$prefix" --exclude-dir=wheel 2> /dev/null || true)
@@ -81,8 +86,8 @@ for venv in "${venvs[@]}"; do
 done
 for program in mpibert mpibert-prep; do
   runpath=$(readelf -d "$prefix/bin/$program" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
-  [[ ":$runpath:" == *':$ORIGIN/../lib/mpibert/wheel/torch/lib:'* ]] ||
-    fail "$program's RUNPATH does not start at its prefix's copy of LibTorch: $runpath"
+  [[ ":$runpath:" == *':$ORIGIN/../lib/mpibert/wheel/torch/lib:'* && ":$runpath:" == *':$ORIGIN/../lib/mpibert/wheel/pyarrow:'* ]] ||
+    fail "$program's RUNPATH does not name its prefix's copies of LibTorch and pyarrow's libraries: $runpath"
   [[ "$runpath" != *"$root"* && "$runpath" != *"/site-packages/"* ]] ||
     fail "$program's RUNPATH names the checkout or a Python environment: $runpath"
 done
@@ -113,6 +118,12 @@ done
 echo "moved programs run: $("$moved/bin/mpibert" --version)"
 python3 "$root/scripts/check_runpath.py" "$moved/bin/mpibert" --wheel-dir "$moved/lib/mpibert/wheel" > "$work/runpath.txt" 2>&1 ||
   { cat "$work/runpath.txt"; echo "check_runpath.py on the moved mpibert"; exit 1; }
+# Parquet through the prefix's copies of libarrow and libparquet (a fuzz seed: 4 questions of dev-v1.1).
+"$moved/bin/mpibert-prep" --input "$root/tests/fuzz/corpus/fuzz_squad_parquet/seed-v1.1-none.parquet" \
+  --vocab "$root/data_prep/data/bert-base-uncased/vocab.txt" --out "$work/parquet-shards" > "$work/parquet.log" 2>&1 ||
+  { cat "$work/parquet.log"; echo "the moved mpibert-prep on Parquet"; exit 1; }
+grep -q "(Parquet, 1 file(s)): 1 articles, 4 questions" "$work/parquet.log" || { cat "$work/parquet.log"; echo "the moved mpibert-prep read no Parquet"; exit 1; }
+echo "the moved mpibert-prep read Parquet through $(ldd "$moved/bin/mpibert-prep" | sed -n 's/.*libparquet[^ ]* => \([^ ]*\).*/\1/p')"
 took
 
 # A project of its own, through find_package. Built without optimization (no build type): what it

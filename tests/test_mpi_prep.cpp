@@ -65,7 +65,7 @@ TEST(MpiPrep, FeaturesMatchASingleProcessReference) {
     SharedTempDir dir;
     PrepOptions options;
     options.input = input;
-    options.vocab = test::vocab_path();
+    options.tokenizer = test::vocab_path();
     options.out_dir = dir.path() + "/shards";
     options.split = "eval";
     ASSERT_EQ(run_prep(options, world_rank(), world_size()), 0);
@@ -75,8 +75,8 @@ TEST(MpiPrep, FeaturesMatchASingleProcessReference) {
     FeatureStore store = FeatureStore::open(options.out_dir);
     EXPECT_EQ(store.manifest().shards.size(), static_cast<size_t>(world_size()));
     SquadDataset data = read_squad(input);
-    WordPieceTokenizer tokenizer(Vocab::load(options.vocab));
-    FeatureTable reference = make_features(data, 0, static_cast<int64_t>(data.examples.size()), tokenizer, options.params);
+    FeatureTable reference =
+        make_features(data, 0, static_cast<int64_t>(data.examples.size()), test::wordpiece_tokenizer(), options.params);
     ASSERT_EQ(store.num_features(), static_cast<int64_t>(reference.num_features()));
     ASSERT_EQ(store.num_examples(), static_cast<int64_t>(data.examples.size()));
     size_t token_start = 0;
@@ -110,7 +110,7 @@ TEST(MpiPrep, FailureOnTheLastRankFailsEveryRankAndLeavesNoFiles) {
   MPI_Barrier(MPI_COMM_WORLD);
   PrepOptions options;
   options.input = dir.path() + "/input.json";
-  options.vocab = test::vocab_path();
+  options.tokenizer = test::vocab_path();
   options.out_dir = dir.path() + "/shards";
   EXPECT_EQ(run_prep(options, world_rank(), world_size()), 1);
   MPI_Barrier(MPI_COMM_WORLD);

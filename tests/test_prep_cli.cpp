@@ -9,6 +9,7 @@
 
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/squad.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -72,8 +73,10 @@ TEST_F(PrepCli, PreparesShardsAndInspectReportsThem) {
 
   nlohmann::json manifest = nlohmann::json::parse(read_file(out() + "/manifest.json"));
   EXPECT_EQ(manifest["num_examples"], 2);
-  EXPECT_EQ(manifest["input"]["sha256"], sha256_file(dir.file("input.json")));
-  EXPECT_EQ(manifest["vocab"]["sha256"], sha256_file(test::vocab_path()));
+  EXPECT_EQ(manifest["input"]["sha256"], squad_content_sha256(read_squad(dir.file("input.json"))));  // of what was read
+  EXPECT_EQ(manifest["tokenizer"]["sha256"], test::wordpiece_tokenizer().digest());
+  EXPECT_EQ(manifest["tokenizer"]["pad_id"], 0);
+  EXPECT_EQ(manifest["tokenizer"]["context_type_id"], 1);
   EXPECT_EQ(manifest["shards"][1]["num_examples"], 1);
 
   test::CommandResult inspect = test::run_command(test::bin_dir() + "/mpibert-prep inspect '" + out() + "'");
@@ -187,8 +190,7 @@ TEST_F(PrepCli, InvalidUtf8) {
 TEST_F(PrepCli, VocabWithoutSpecialTokens) {
   test::write_text(dir.file("vocab.txt"), "[PAD]\n[UNK]\nthe\n");
   test::write_text(dir.file("input.json"), valid_squad());
-  expect_failure_on(dir.file("input.json"), {dir.file("vocab.txt"), "missing special token(s) [CLS] [SEP]"},
-                    dir.file("vocab.txt"));
+  expect_failure_on(dir.file("input.json"), {dir.file("vocab.txt") + ": has no [CLS] token"}, dir.file("vocab.txt"));
 }
 
 TEST_F(PrepCli, QuestionTooLongOnOneRankBringsEveryRankDown) {

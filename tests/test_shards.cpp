@@ -40,7 +40,7 @@ ShardHeader make_header(int64_t first_example, int64_t num_examples, int64_t num
   header.split = "eval";
   header.params = {384, 128, 64};
   header.input_sha256 = std::string(64, 'a');
-  header.vocab_sha256 = std::string(64, 'b');
+  header.tokenizer_sha256 = std::string(64, 'b');
   header.tool_version = "0.1.0-test";
   header.first_example = first_example;
   header.num_examples = num_examples;
@@ -112,7 +112,7 @@ void expect_same_header(const ShardHeader& a, const ShardHeader& b) {
   EXPECT_EQ(a.params.doc_stride, b.params.doc_stride);
   EXPECT_EQ(a.params.max_query_length, b.params.max_query_length);
   EXPECT_EQ(a.input_sha256, b.input_sha256);
-  EXPECT_EQ(a.vocab_sha256, b.vocab_sha256);
+  EXPECT_EQ(a.tokenizer_sha256, b.tokenizer_sha256);
   EXPECT_EQ(a.tool_version, b.tool_version);
   EXPECT_EQ(a.shard_index, b.shard_index);
   EXPECT_EQ(a.num_shards, b.num_shards);
@@ -147,8 +147,9 @@ Manifest make_manifest(const std::vector<Shard>& shards) {
   manifest.params = header.params;
   manifest.input_path = "/data/dev-v2.0.json";
   manifest.input_sha256 = header.input_sha256;
-  manifest.vocab_path = "/data/vocab.txt";
-  manifest.vocab_sha256 = header.vocab_sha256;
+  manifest.tokenizer_path = "/data/vocab.txt";
+  manifest.tokenizer_kind = "WordPiece (/data/vocab.txt)";
+  manifest.tokenizer_sha256 = header.tokenizer_sha256;
   manifest.vocab_size = 30522;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardHeader& h = shards[i].header;
@@ -317,8 +318,11 @@ TEST(Manifest, RoundTrips) {
   EXPECT_EQ(read.params.max_query_length, manifest.params.max_query_length);
   EXPECT_EQ(read.input_path, manifest.input_path);
   EXPECT_EQ(read.input_sha256, manifest.input_sha256);
-  EXPECT_EQ(read.vocab_path, manifest.vocab_path);
-  EXPECT_EQ(read.vocab_sha256, manifest.vocab_sha256);
+  EXPECT_EQ(read.tokenizer_path, manifest.tokenizer_path);
+  EXPECT_EQ(read.tokenizer_kind, manifest.tokenizer_kind);
+  EXPECT_EQ(read.pad_id, manifest.pad_id);
+  EXPECT_EQ(read.context_type_id, manifest.context_type_id);
+  EXPECT_EQ(read.tokenizer_sha256, manifest.tokenizer_sha256);
   EXPECT_EQ(read.vocab_size, manifest.vocab_size);
   EXPECT_EQ(read.num_examples, manifest.num_examples);
   EXPECT_EQ(read.num_features, manifest.num_features);
@@ -351,8 +355,8 @@ TEST(Manifest, NamesMissingField) {
 }
 
 TEST(Manifest, NamesFieldOfWrongType) {
-  const std::string message = manifest_error_after_edit("\"size\": 30522", "\"size\": \"30522\"");
-  EXPECT_NE(message.find("vocab.size"), std::string::npos) << message;
+  const std::string message = manifest_error_after_edit("\"vocab_size\": 30522", "\"vocab_size\": \"30522\"");
+  EXPECT_NE(message.find("tokenizer.vocab_size"), std::string::npos) << message;
 }
 
 TEST(Manifest, RejectsTotalsThatDisagreeWithShards) {
@@ -427,11 +431,11 @@ TEST(FeatureStore, RejectsShardDisagreeingWithManifest) {
   TempDir dir;
   std::vector<Shard> shards = write_prepared_dir(dir.path(), {make_shard(0, 2), make_shard(2, 2)});
   const std::string second = dir.file(shard_file_name(1, 2));
-  shards[1].header.vocab_sha256 = std::string(64, 'c');  // made with another vocabulary
+  shards[1].header.tokenizer_sha256 = std::string(64, 'c');  // made with another tokenizer
   write_shard(second, shards[1]);
   const std::string message = input_error_message([&] { FeatureStore::open(dir.path()); });
   EXPECT_NE(message.find(second), std::string::npos) << message;
-  EXPECT_NE(message.find("vocab_sha256"), std::string::npos) << message;
+  EXPECT_NE(message.find("tokenizer_sha256"), std::string::npos) << message;
 }
 
 TEST(FeatureStore, RejectsMissingShard) {

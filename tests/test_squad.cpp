@@ -5,6 +5,8 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/squad.hpp"
+#include "mpibert/data/squad_json_records.hpp"
+#include "mpibert/data/squad_records.hpp"
 #include "test_support.hpp"
 
 namespace mpibert {
@@ -84,6 +86,71 @@ TEST(SquadErrors, AnswerStartOutOfRange) {
 TEST(SquadErrors, AnswerTextMismatch) {
   expect_error(one_question(R"({"id": "q1", "question": "who?", "answers": [{"text": "Broncos", "answer_start": 0}]})"),
                {"id q1", "reads \"Denver ", "not the answer text \"Broncos\""});
+}
+
+TEST(SquadErrors, MismatchesAreCountedAndReportedTogether) {
+  expect_error(one_question(R"({"id": "q1", "question": "a?", "answers": [{"text": "Broncos", "answer_start": 0}]},
+                               {"id": "q2", "question": "b?", "answers": [{"text": "Denver", "answer_start": 0}]},
+                               {"id": "q3", "question": "c?", "answers": [{"text": "won", "answer_start": 14},
+                                                                          {"text": "won", "answer_start": 15}]})"),
+               {"input.json: 2 answers do not match the context at their answer_start: data[0].paragraphs[0].qas[0] (id q1)",
+                "; data[0].paragraphs[0].qas[2] (id q3).answers[0]: the context at answer_start 14 reads \" wo\""});
+}
+
+SquadRecord record(const std::string& id, std::optional<std::string> title, const std::string& context) {
+  return SquadRecord{id, context, "why?", std::move(title), {context.substr(0, 1)}, {0}};
+}
+
+// Consecutive records of one context are a paragraph, consecutive paragraphs of one title an
+// article; a title seen again later starts another article; without titles each paragraph is one.
+TEST(SquadRecords, ParagraphsAndArticlesFromConsecutiveRecords) {
+  SquadAssembler titled("records");
+  for (const auto& [id, title, context] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"1", "A", "x1"}, {"2", "A", "x1"}, {"3", "A", "x2"}, {"4", "B", "y"}, {"5", "A", "x1"}})
+    titled.add(record(id, title, context), "f", "line " + id);
+  const SquadDataset data = titled.finish();
+  ASSERT_EQ(data.articles.size(), 3u);
+  EXPECT_EQ(data.contexts, (std::vector<std::string>{"x1", "x2", "y", "x1"}));
+  EXPECT_EQ(data.articles[0].num_contexts, 2);
+  EXPECT_EQ(data.articles[0].num_examples, 3);
+  EXPECT_EQ(data.articles[2].title, "A");
+  EXPECT_EQ(data.examples[4].context_index, 3);
+  EXPECT_DOUBLE_EQ(data.articles[0].cost, 2.0 * 3 + 2.0 * 2);  // context length x (1 + its questions), as nested JSON's
+
+  SquadAssembler untitled("records");
+  for (const auto& [id, context] : std::vector<std::pair<std::string, std::string>>{{"1", "x"}, {"2", "x"}, {"3", "y"}})
+    untitled.add(record(id, std::nullopt, context), "f", "line " + id);
+  const SquadDataset parts = untitled.finish();
+  ASSERT_EQ(parts.articles.size(), 2u);
+  EXPECT_EQ(parts.articles[0].num_examples, 2);
+}
+
+TEST(SquadRecords, DuplicateIdsAcrossFilesNameBothPlaces) {
+  SquadAssembler assembler("shards");
+  assembler.add(record("q", "A", "x"), "one.parquet", "row 3");
+  EXPECT_EQ(test::error_of([&] { assembler.add(record("q", "A", "x"), "two.parquet", "row 0"); }),
+            "two.parquet: row 0 (id q): duplicate id: already used by one.parquet: row 3");
+}
+
+TEST(SquadRecords, JsonLayouts) {
+  EXPECT_TRUE(is_json_lines("x.jsonl", "{}"));
+  EXPECT_TRUE(is_json_lines("x.json", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n"));
+  EXPECT_FALSE(is_json_lines("x.json", "{\"id\": \"a\"}\n"));
+  EXPECT_FALSE(is_json_lines("x.json", "{\n  \"data\": []\n}\n"));
+  const SquadColumns columns;
+  EXPECT_TRUE(is_nested_squad(nlohmann::json::parse(R"({"data": [{"title": "t", "paragraphs": []}]})"), columns));
+  EXPECT_FALSE(is_nested_squad(nlohmann::json::parse(R"({"data": [{"id": "a", "question": "q"}]})"), columns));
+  EXPECT_FALSE(is_nested_squad(nlohmann::json::parse(R"([{"id": "a"}])"), columns));
+  SquadAssembler assembler("inline");
+  const std::string line = R"({"id": "a", "context": "c", "question": "q", "answers": {"text": ["c"], "answer_start": [0]}})";
+  EXPECT_EQ(test::error_of([&] { read_json_lines("x.jsonl", line + "\n\n  \n{\"id\": ", columns, assembler); }).substr(0, 36),
+            "x.jsonl: line 4: not valid JSON: [js");
+  EXPECT_NE(test::error_of([&] {
+              read_flat_json("x.json", nlohmann::json::parse(R"({"data": [{"id": "a", "context": "c",
+      "question": "q", "answers": {"text": ["c"], "answer_start": [0, 1]}}]})"),
+                             columns, assembler);
+            }).find("x.json: data[0] (id a): 'answers' has 1 text(s) but 2 answer_start(s)"),
+            std::string::npos);
 }
 
 TEST(SquadErrors, DuplicateIds) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
@@ -82,7 +83,7 @@ CommandResult run_command(const std::string& command_line) {
 }
 
 void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count, const std::string& split,
-                    bool record_vocab_digest) {
+                    const std::string& tokenizer_path) {
   const SquadDataset all = read_squad(input);
   SquadDataset data;
   data.path = input;
@@ -93,10 +94,12 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
     example.context_index = static_cast<int32_t>(data.contexts.size() - 1);
     data.examples.push_back(std::move(example));
   }
-  WordPieceTokenizer tokenizer(Vocab::load(vocab_path()));
+  std::unique_ptr<HfTokenizer> own;
+  if (!tokenizer_path.empty()) own = std::make_unique<HfTokenizer>(HfTokenizer::load(tokenizer_path));
+  const HfTokenizer& tokenizer = own ? *own : wordpiece_tokenizer();
   ShardHeader header;
   header.split = split;
-  if (record_vocab_digest) header.vocab_sha256 = sha256_file(vocab_path());  // as mpibert-prep does
+  header.tokenizer_sha256 = tokenizer.digest();  // as mpibert-prep records it
   Shard shard = build_shard(data, 0, count, tokenizer, header);
   fs::create_directories(dir);
   write_shard(dir + "/" + shard_file_name(0, 1), shard);
@@ -105,13 +108,19 @@ void prepare_shards(const std::string& dir, const std::string& input, int64_t fi
   manifest.input_path = input;  // as mpibert-prep records it
   manifest.num_examples = count;
   manifest.num_features = shard.header.num_features;
-  manifest.vocab_size = static_cast<int64_t>(tokenizer.vocab().size());
-  if (record_vocab_digest) {
-    manifest.vocab_path = vocab_path();
-    manifest.vocab_sha256 = header.vocab_sha256;
-  }
+  manifest.tokenizer_path = tokenizer_path.empty() ? vocab_path() : tokenizer_path;
+  manifest.tokenizer_sha256 = tokenizer.digest();
+  manifest.tokenizer_kind = tokenizer.description();
+  manifest.vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
+  manifest.pad_id = tokenizer.pad_id();
+  manifest.context_type_id = context_type_id(tokenizer);
   manifest.shards.push_back({shard_file_name(0, 1), 0, count, shard.header.num_features});
   write_file_atomic(dir + "/" + kManifestName, manifest_to_json(manifest));
+}
+
+const HfTokenizer& wordpiece_tokenizer() {
+  static const HfTokenizer tokenizer = HfTokenizer::load(vocab_path());
+  return tokenizer;
 }
 
 void write_text(const std::string& path, const std::string& text) {

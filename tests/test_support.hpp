@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace mpibert {
+class HfTokenizer;
+}
+
 namespace mpibert::test {
 
 // $MPIBERT_FIXTURES, else tests/fixtures in the checkout.
@@ -13,6 +17,8 @@ std::string fixtures_dir();
 // The data bundled with the project (vocab, SQuAD dev sets).
 std::string data_dir();
 std::string vocab_path();
+// The uncased WordPiece tokenizer of vocab_path() (HfTokenizer::load), loaded once.
+const HfTokenizer& wordpiece_tokenizer();
 std::string squad_v1_path();
 std::string squad_v2_path();
 // Output directories of the real HF Trainer and Lightning (tests/peer_runs, with their README).
@@ -52,10 +58,10 @@ std::string error_of(const std::function<void()>& action);
 std::string write_other_vocab(const std::string& path);
 
 // Shards (one shard + manifest, no MPI) of questions [first, first + count) of a SQuAD file,
-// renumbered from 0, with default feature parameters; with record_vocab_digest, the vocab's
-// path and digest recorded as mpibert-prep records them.
+// renumbered from 0, with default feature parameters and the tokenizer of `tokenizer`
+// (HfTokenizer::load; empty: the bundled vocab.txt's), recorded as mpibert-prep records it.
 void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count,
-                    const std::string& split = "eval", bool record_vocab_digest = false);
+                    const std::string& split = "eval", const std::string& tokenizer = "");
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
 
 // BERT QA parameters whose gradient is zero in exact arithmetic: the softmax over positions ignores

@@ -31,14 +31,14 @@ class TrainOptions : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new test::TempDir();
-    test::prepare_shards(data_->file("train"), test::squad_v1_path(), 0, 24, "train", /*record_vocab_digest=*/true);
-    test::prepare_shards(data_->file("eval"), test::squad_v1_path(), 24, 8, "eval", true);
-    test::prepare_shards(data_->file("train-v2"), test::squad_v2_path(), 0, 24, "train", true);
-    // Evaluation shards of another vocabulary: the manifest records another digest.
-    test::prepare_shards(data_->file("eval-other-vocab"), test::squad_v1_path(), 24, 8, "eval", true);
+    test::prepare_shards(data_->file("train"), test::squad_v1_path(), 0, 24, "train");
+    test::prepare_shards(data_->file("eval"), test::squad_v1_path(), 24, 8, "eval");
+    test::prepare_shards(data_->file("train-v2"), test::squad_v2_path(), 0, 24, "train");
+    // Evaluation shards of another tokenizer: the manifest records another digest.
+    test::prepare_shards(data_->file("eval-other-vocab"), test::squad_v1_path(), 24, 8, "eval");
     auto manifest = nlohmann::json::parse(read_file(data_->file("eval-other-vocab/manifest.json")));
-    manifest["vocab"]["sha256"] = std::string(64, '0');
-    manifest["vocab"]["path"] = "other/vocab.txt";
+    manifest["tokenizer"]["sha256"] = std::string(64, '0');
+    manifest["tokenizer"]["path"] = "other/vocab.txt";
     test::write_text(data_->file("eval-other-vocab/manifest.json"), manifest.dump());
     // Evaluation shards of another sequence length, as mpibert-prep makes them.
     const std::string prep = test::bin_dir() + "/mpibert-prep ";
@@ -170,7 +170,11 @@ TEST_F(TrainOptions, EveryBadValueIsRefusedByNameBeforeAnythingIsWritten) {
       {"--warmup_steps 1.5e0", "--warmup-steps: 1.5e0: a whole number of steps"},
       {"--warmup_steps 1e3x", "--warmup-steps: 1e3x: a whole number of steps"},
       {"--max_grad_norm -1", "--max-grad-norm: -1: must be at least 0"},
-      {"--report_to wandb", "--report-to: wandb not in {tensorboard,none}"},
+      {"--report_to comet_ml",
+       "--report-to: comet_ml: not a tracker mpibert reports to (tensorboard, mlflow, wandb; or all, or none)"},
+      {"--report-to wandbx", "--report-to: wandbx: not a tracker mpibert reports to"},
+      {"--report-to none,mlflow", "--report-to: none,mlflow: none stands alone"},
+      {"--report-to tensorboard,all", "--report-to: tensorboard,all: all stands alone"},
       {"--eval_strategy sometimes", "--eval-strategy: sometimes not in {steps,epoch,no}"},
       {"--eval_strategy epoch", "--eval-strategy: epoch: evaluates on --eval-shards, which is not given"},
       {"--eval_strategy steps --logging_steps 0", "--eval-strategy steps: give --eval-steps (HF falls back to --logging-steps"},
@@ -196,7 +200,7 @@ TEST_F(TrainOptions, DataThatDoesNotFitIsRefusedBeforeTheRunDirectoryIsWritten) 
        "--gradient-accumulation: 8: an optimizer step needs that many micro-batches, but an epoch "
        "gives rank 0 only 6 (24 of the 24 features in batches of 4)"},
       {"--eval-shards " + data_->file("eval-256"), "prepared with max_seq_length 256, the training shards with 384"},
-      {"--eval-shards " + data_->file("eval-other-vocab"), "prepared with another vocabulary (other/vocab.txt)"},
+      {"--eval-shards " + data_->file("eval-other-vocab"), "manifest.json: prepared with another tokenizer (WordPiece"},
       // run_qa's --version_2_with_negative against what the shards hold, naming both.
       {"--version_2_with_negative", "--version-2-with-negative asks for SQuAD v2.0, but " + data_->file("train") +
                                         " (prepared from " + test::squad_v1_path() + ") holds no question without an answer"},
@@ -276,10 +280,11 @@ TEST(TrainOptionRecords, OnlyProvablyLocalOptionsAreLeftOutOfTheRunDescription) 
   });
   const std::set<std::string> expected = {
       "model_config",
-      "vocab",  // described by their content
+      "tokenizer",  // described by their content
       "max_seq_length",
       "doc_stride",              // each rank checks its shards against them
-      "report_to",               // rank 0 alone writes events
+      "report_to",               // rank 0 alone reports
+      "run_name",                // rank 0's trackers alone name the run
       "dataloader_num_workers",  // accepted, unused
       "profile",
       "profile_wait",

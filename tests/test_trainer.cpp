@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 // meta device stands in for the second device a CPU-only machine lacks.
 TEST(RunLog, StepValuesOffTheLogsDeviceAreRefusedAtTheStep) {
   test::TempDir run;
-  RunLog log(run.path(), /*writer=*/true, /*world_size=*/1, /*tensorboard=*/false, torch::kCPU);
+  RunLog log(run.path(), /*writer=*/true, /*world_size=*/1, Trackers{}, torch::kCPU);
   auto step = [](int64_t number, const torch::Device& norm_device, float norm) {
     StepRecord record;
     record.step = number;
@@ -88,7 +88,7 @@ class Trainer : public ::testing::Test {
     o.eval_dir = data_->file("eval");
     o.output_dir = output_dir;
     o.model_config = data_->file("config.json");
-    o.vocab = test::vocab_path();
+    o.tokenizer = test::vocab_path();
     o.epochs = 2;
     o.batch_size = 8;
     o.learning_rate = 1e-3;
@@ -693,12 +693,12 @@ TEST_F(Trainer, RefusesACheckpointOfAnotherShapeOrVocab) {
         << e.what();
   }
   o.model_config = data_->file("config.json");
-  o.vocab = test::write_other_vocab(run.file("vocab.txt"));
+  o.tokenizer = test::write_other_vocab(run.file("vocab.txt"));
   try {
     train(o);
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoint trained with another vocab"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("prepared with another tokenizer"), std::string::npos) << e.what();
   }
 }
 
@@ -753,12 +753,14 @@ class FamilyTrainer : public Trainer, public ::testing::WithParamInterface<test:
 
 TEST_P(FamilyTrainer, TrainsResumesAndNamesTheFamily) {
   const test::EncoderFamily& family = GetParam();
-  test::TempDir straight, interrupted;
-  nlohmann::json config = family.config(0.1);
-  config["vocab_size"] = 30522;  // the shards' WordPiece ids
-  if (config.contains("max_position_embeddings")) config["max_position_embeddings"] = 514;
-  test::write_text(straight.file("config.json"), config.dump());
+  test::TempDir straight, interrupted, data;
+  test::prepare_shards(data.file("train"), test::squad_v1_path(), 0, 40, "train", family.tokenizer_dir());
+  test::prepare_shards(data.file("eval"), test::squad_v1_path(), 40, 16, "eval", family.tokenizer_dir());
+  test::write_text(straight.file("config.json"), family.training_config(0.1).dump());
   TrainOptions o = options(straight.file("run"));
+  o.train_dir = data.file("train");
+  o.eval_dir = data.file("eval");
+  o.tokenizer = family.tokenizer_dir();
   o.model_config = straight.file("config.json");
   o.padding = Padding::kPacked;
   o.max_steps = 6;
@@ -767,7 +769,7 @@ TEST_P(FamilyTrainer, TrainsResumesAndNamesTheFamily) {
   EXPECT_EQ(full["architecture"], family.architecture);
   EXPECT_TRUE(full.contains("eval_f1"));
   EXPECT_EQ(read_json_file(straight.file("run/config.json"))["architectures"][0], family.architecture);
-  EXPECT_EQ(load_qa_model(straight.file("run"), test::vocab_path())->architecture(), family.architecture);
+  EXPECT_EQ(load_qa_model(straight.file("run"), family.tokenizer_dir())->architecture(), family.architecture);
   const test::CommandResult read = test::run_command(std::string(MPIBERT_PYTHON) + " " + MPIBERT_TESTS_SOURCE_DIR +
                                                      "/read_tensorboard.py " + straight.file("run/tensorboard"));
   ASSERT_EQ(read.exit_status, 0) << read.output;
@@ -945,27 +947,27 @@ TEST_F(Trainer, OnlyCheckpointAndDigitsNamesAreCheckpoints) {
     EXPECT_TRUE(fs::exists(run.file(name))) << name;
 }
 
-// Shards from mpibert-prep record their vocab's digest: training them with another vocab.txt of
-// the same size (a model's own, say) would silently feed token ids that mean other words.
-TEST_F(Trainer, RefusesAVocabOtherThanTheShardsWerePreparedWith) {
+// Shards from mpibert-prep record their tokenizer's digest: training them with another vocab.txt
+// of the same size (a model's own, say) would silently feed token ids that mean other words.
+TEST_F(Trainer, RefusesATokenizerOtherThanTheShardsWerePreparedWith) {
   test::TempDir run;
-  test::prepare_shards(run.file("train"), test::squad_v1_path(), 0, 8, "train", /*record_vocab_digest=*/true);
+  test::prepare_shards(run.file("train"), test::squad_v1_path(), 0, 8, "train");
   TrainOptions o = options(run.file("out"));
   o.train_dir = run.file("train");
   o.eval_dir.clear();
   o.stop_after_steps = 1;
-  o.vocab = test::write_other_vocab(run.file("vocab.txt"));
+  o.tokenizer = test::write_other_vocab(run.file("vocab.txt"));
   try {
     train(o);
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(run.file("vocab.txt") + ": is not the vocabulary " + run.file("train") +
-                                         " was prepared with"),
+    EXPECT_NE(std::string(e.what()).find(run.file("train") + "/manifest.json: prepared with another tokenizer"),
               std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("mpibert-prep --tokenizer " + run.file("vocab.txt")), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(run.file("out/results.json")));
-  o.vocab = test::vocab_path();  // the same vocabulary trains
+  o.tokenizer = test::vocab_path();  // the same tokenizer trains
   train(o);
   EXPECT_TRUE(fs::exists(run.file("out/checkpoint-1")));
 }

@@ -22,6 +22,7 @@
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/runtime/open_mpi_settings.hpp"
 #include "mpibert/runtime/peers.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 #include "mpibert/train/option_checks.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/trainer.hpp"
@@ -113,6 +114,17 @@ std::string whole_warmup_steps(std::string& given) {
   return given + ": a whole number of steps; for a fraction of the training steps give --warmup-ratio " + given;
 }
 
+// A model directory's own tokenizer (its tokenizer.json or slow tokenizer files), which the
+// features of its data are made with.
+std::string model_tokenizer(const std::string& model_dir) {
+  const std::string dir = model_tokenizer_dir(model_dir);
+  if (dir.empty())
+    throw InputError(describe(model_dir, "",
+                              "has no tokenizer (tokenizer.json, vocab.txt, vocab.json + merges.txt, spm.model or "
+                              "sentencepiece.bpe.model): give the one its shards were prepared with, --tokenizer PATH"));
+  return dir;
+}
+
 }  // namespace
 
 struct ModelCommands::Impl {
@@ -165,7 +177,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   for (CLI::App* command : {m.eval, m.predict}) {
     command
         ->add_option("--model,--model_name_or_path", m.model_dir,
-                     "HF model directory (config.json, model.safetensors, vocab.txt)")
+                     "HF model directory (config.json, model.safetensors and its tokenizer's files)")
         ->required()
         ->group("Model");
   }
@@ -263,7 +275,9 @@ void ModelCommands::Impl::add_data_and_model_options() {
                         "): needed only for a config.json without model_type (which is otherwise bert), and must agree "
                         "with one that has it")
       ->check(CLI::IsMember(qa_model_types()));
-  add(o.vocab, "vocab.txt, copied into checkpoints (default: the --model directory's)");
+  add(o.tokenizer,
+      "the tokenizer the shards were prepared with (a model directory, a tokenizer.json, or an uncased BERT's vocab.txt), "
+      "copied into checkpoints (default: the --model directory's)");
   add(o.model.gradient_checkpointing, "recompute each encoder layer in backward instead of keeping its activations (HF's)");
 }
 
@@ -385,8 +399,13 @@ void ModelCommands::Impl::add_record_options() {
 
   add.group = "Logging";
   add(o.logging_steps, "a training line (and TensorBoard scalars) every N steps")->capture_default_str();
-  add.choice(o.report_to, {ReportTo::kTensorBoard, ReportTo::kNone},
-             "tensorboard (events in OUTPUT/tensorboard/: scalars, the options as text and hparams) or none");
+  add(o.report_to,
+      "where the run is reported besides its files (HF's report_to): tensorboard (events in OUTPUT/tensorboard/), mlflow "
+      "(a tracking server: MLFLOW_TRACKING_URI), wandb (Weights & Biases, live or offline: WANDB_MODE), a list of them "
+      "(tensorboard,mlflow), all or none; configured by HF's environment variables (docs/training.md)")
+      ->delimiter(',')
+      ->capture_default_str();
+  add(o.run_name, "the run's name in MLflow and W&B (HF's run_name; default: the output directory's name)");
   c->add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str()->group(add.group);
   c->add_flag("--log-all-ranks", log_all_ranks, "log info lines from every rank, not only rank 0")->group(add.group);
   add(o.profile, "Chrome trace (Perfetto) of a window of steps in OUTPUT/profile/trace.json");
@@ -436,7 +455,7 @@ int ModelCommands::run() {
 }
 
 int ModelCommands::Impl::run_eval() {
-  const QAModelPtr model = load_qa_model(model_dir, model_dir + "/vocab.txt");
+  const QAModelPtr model = load_qa_model(model_dir, model_tokenizer(model_dir));
   model->module().to(select_device(device, local_rank()));
   FeatureStore store = FeatureStore::open(data_dir);
   check_squad_version("--version-2-with-negative", postprocess.version_2_with_negative, data_dir, store);
@@ -463,8 +482,8 @@ int ModelCommands::Impl::run_eval() {
 }
 
 int ModelCommands::Impl::run_predict() {
-  WordPieceTokenizer tokenizer(Vocab::load(model_dir + "/vocab.txt"));
-  const QAModelPtr model = load_qa_model(model_dir, model_dir + "/vocab.txt");
+  const HfTokenizer tokenizer = HfTokenizer::load(model_tokenizer(model_dir));
+  const QAModelPtr model = load_qa_model(model_dir, model_tokenizer(model_dir));
   model->module().to(select_device(device, 0));
   const SquadDataset data = single_question("--context/--question", "question", context, question);
   ShardHeader header;
@@ -492,12 +511,12 @@ void ModelCommands::Impl::check_command_line() {
     throw InputError(describe("--model", options.model_dir,
                               "not a directory. A hub name (run_qa's bert-base-uncased) must be downloaded first: "
                               "docs/training.md, \"The bert-base recipe\""));
-  if (options.vocab.empty()) {
-    if (options.model_dir.empty() || !std::filesystem::exists(options.model_dir + "/vocab.txt"))
-      throw InputError(std::string("--vocab is required: ") + (options.model_dir.empty()
-                                                                   ? "a random model has no vocabulary"
-                                                                   : options.model_dir + " has no vocab.txt"));
-    options.vocab = options.model_dir + "/vocab.txt";
+  if (options.tokenizer.empty()) {
+    if (options.model_dir.empty())
+      throw InputError(
+          "--tokenizer (or --vocab) is required: a random model has no tokenizer (give the one the shards were "
+          "prepared with)");
+    options.tokenizer = model_tokenizer(options.model_dir);
   }
   // run_qa.py's data options: the data here is shards that mpibert-prep made beforehand.
   auto refuse_data = [](const std::string& flag, const std::string& value, const std::string& instead) {
@@ -510,10 +529,10 @@ void ModelCommands::Impl::check_command_line() {
               "mpibert downloads no datasets: prepare shards with mpibert-prep and give --train-shards/--eval-shards");
   refuse_data("--train_file", train_file,
               "mpibert trains on shards: prepare them with mpibert-prep --input " + train_file +
-                  " --split train --out DIR --vocab VOCAB and give --train-shards DIR");
+                  " --split train --out DIR --tokenizer MODEL_DIR and give --train-shards DIR");
   refuse_data("--validation_file", validation_file,
               "mpibert evaluates on shards: prepare them with mpibert-prep --input " + validation_file +
-                  " --split eval --out DIR --vocab VOCAB and give --eval-shards DIR");
+                  " --split eval --out DIR --tokenizer MODEL_DIR and give --eval-shards DIR");
   // HF: --eval_strategy steps without --eval_steps evaluates every --logging_steps.
   if (options.eval_strategy == IntervalStrategy::kSteps && options.eval_steps == 0 &&
       train->get_option("--eval-strategy")->count() > 0) {

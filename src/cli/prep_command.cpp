@@ -9,10 +9,12 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/time.hpp"
+#include "mpibert/data/features.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/data/shards.hpp"
+#include "mpibert/data/squad_input.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
-#include "mpibert/text/tokenizer.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -39,7 +41,8 @@ std::string parameter_difference(const ShardHeader& existing, const ShardHeader&
     return differs("parameters", show(existing.params), show(wanted.params));
   }
   if (existing.input_sha256 != wanted.input_sha256) return differs("input sha256", existing.input_sha256, wanted.input_sha256);
-  if (existing.vocab_sha256 != wanted.vocab_sha256) return differs("vocab sha256", existing.vocab_sha256, wanted.vocab_sha256);
+  if (existing.tokenizer_sha256 != wanted.tokenizer_sha256)
+    return differs("tokenizer sha256", existing.tokenizer_sha256, wanted.tokenizer_sha256);
   return {};
 }
 
@@ -86,18 +89,20 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
   // Phase 1, identical on every rank: read and validate inputs, check the output directory.
   // Every rank hits the same errors, so only the lowest failing rank reports.
   ShardHeader header;
-  SquadDataset data;
-  std::unique_ptr<WordPieceTokenizer> tokenizer;
+  SquadInput input;
+  std::unique_ptr<HfTokenizer> tokenizer;
   std::string error;
   try {
     if (options.split != "train" && options.split != "eval")
       throw InputError(describe("--split", options.split, "must be train or eval"));
-    tokenizer = std::make_unique<WordPieceTokenizer>(Vocab::load(options.vocab));
-    data = read_squad(options.input);
+    tokenizer = std::make_unique<HfTokenizer>(HfTokenizer::load(options.tokenizer));
+    context_type_id(*tokenizer);  // a tokenizer whose features mpibert cannot build is refused here
+    input = read_squad_input(SquadSource{options.input, options.dataset_name, options.dataset_config, options.split,
+                                         options.columns});
     header.split = options.split;
     header.params = options.params;
-    header.input_sha256 = sha256_file(options.input);
-    header.vocab_sha256 = sha256_file(options.vocab);
+    header.input_sha256 = squad_content_sha256(input.data);  // the same whatever format carried it
+    header.tokenizer_sha256 = tokenizer->digest();
     header.tool_version = MPIBERT_VERSION;
     header.shard_index = rank;
     header.num_shards = world_size;
@@ -110,8 +115,9 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
     if (failed == rank) spdlog::error("{}", error);
     return 1;
   }
-  spdlog::info("read {}: SQuAD {} with {} articles, {} questions; vocab {} ({} tokens)", options.input, data.version,
-               data.articles.size(), data.examples.size(), options.vocab, tokenizer->vocab().size());
+  const SquadDataset& data = input.data;
+  spdlog::info("read {} ({}, {} file(s)): {} articles, {} questions; tokenizer {} ({} tokens)", input.origin, input.format,
+               input.files.size(), data.articles.size(), data.examples.size(), tokenizer->description(), tokenizer->vocab_size());
 
   // Phase 2, this rank's share: features of whole articles, written under a temporary name.
   const auto [first_article, num_articles] = partition_articles(data.articles, world_size)[static_cast<size_t>(rank)];
@@ -158,11 +164,14 @@ int run_prep(const PrepOptions& options, int rank, int world_size) {
       manifest.tool_version = MPIBERT_VERSION;
       manifest.split = options.split;
       manifest.params = options.params;
-      manifest.input_path = options.input;
+      manifest.input_path = input.origin;
       manifest.input_sha256 = header.input_sha256;
-      manifest.vocab_path = options.vocab;
-      manifest.vocab_sha256 = header.vocab_sha256;
-      manifest.vocab_size = static_cast<int64_t>(tokenizer->vocab().size());
+      manifest.tokenizer_path = options.tokenizer;
+      manifest.tokenizer_sha256 = header.tokenizer_sha256;
+      manifest.tokenizer_kind = tokenizer->description();
+      manifest.vocab_size = static_cast<int64_t>(tokenizer->vocab_size());
+      manifest.pad_id = tokenizer->pad_id();
+      manifest.context_type_id = context_type_id(*tokenizer);
       for (int r = 0; r < world_size; ++r) {
         ShardEntry entry{shard_file_name(r, world_size), counts[3 * r], counts[3 * r + 1], counts[3 * r + 2]};
         manifest.num_examples += entry.num_examples;

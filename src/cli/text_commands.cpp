@@ -3,25 +3,26 @@
 #include <iostream>
 
 #include "mpibert/cli/commands.hpp"
-#include "mpibert/cli/whole_number.hpp"
+#include "mpibert/core/error.hpp"
 
 namespace mpibert {
 
 struct TextCommands::Impl {
   CLI::App *tokenize = nullptr, *score = nullptr;
-  std::string vocab_path;
-  int max_word_chars = WordPieceTokenizer::kHuggingFaceMaxWordChars;
+  std::string tokenizer_path, vocab_path;
   std::string dataset, predictions, na_prob_file, out_file;
   double na_prob_thresh = 1.0;
 };
 
 TextCommands::TextCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.tokenize = app.add_subcommand("tokenize", "WordPiece-tokenize stdin lines, print one JSON object per line");
-  m.tokenize->add_option("--vocab", m.vocab_path, "vocab.txt")->required()->group("Tokenizer");
-  m.tokenize->add_option("--max-word-chars", m.max_word_chars, "longer words become [UNK] (HF 100, Google 200)")
-      ->transform(whole_number<decltype(m.max_word_chars)>())
-      ->capture_default_str()
+  m.tokenize = app.add_subcommand("tokenize", "tokenize stdin lines as the model's HF tokenizer does, one JSON object per line");
+  auto* tokenizer = m.tokenize
+                        ->add_option("--tokenizer", m.tokenizer_path,
+                                     "a model directory (its tokenizer.json or slow tokenizer files) or a tokenizer.json")
+                        ->group("Tokenizer");
+  m.tokenize->add_option("--vocab", m.vocab_path, "an uncased BERT's WordPiece vocab.txt")
+      ->excludes(tokenizer)
       ->group("Tokenizer");
   m.score = app.add_subcommand("score", "score SQuAD predictions exactly as the official evaluate-v1.1.py / evaluate-v2.0.py");
   m.score->add_option("--dataset", m.dataset, "SQuAD dataset (.json or .json.gz)")->required()->group("Inputs");
@@ -41,9 +42,18 @@ bool TextCommands::parsed() const { return impl_->tokenize->parsed() || impl_->s
 int TextCommands::run() {
   const Impl& m = *impl_;
   if (m.tokenize->parsed()) {
-    WordPieceTokenizer tokenizer(Vocab::load(m.vocab_path), m.max_word_chars);
+    if (m.tokenizer_path.empty() && m.vocab_path.empty()) {
+      std::cerr << "mpibert tokenize: --tokenizer (or --vocab) is required\n";
+      return 2;
+    }
     std::ios::sync_with_stdio(false);
-    return tokenize_lines(tokenizer, std::cin, std::cout, std::cerr);
+    try {
+      return tokenize_lines(HfTokenizer::load(m.tokenizer_path.empty() ? m.vocab_path : m.tokenizer_path), std::cin, std::cout,
+                            std::cerr);
+    } catch (const InputError& e) {
+      std::cerr << "mpibert tokenize: " << e.what() << "\n";
+      return 1;
+    }
   }
   return score_command(m.dataset, m.predictions, m.na_prob_file, m.na_prob_thresh, m.out_file, std::cout, std::cerr);
 }

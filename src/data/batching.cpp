@@ -20,8 +20,11 @@ const char* padding_name(Padding padding) {
 
 namespace {
 
-// Token type 1 from the context on, the final [SEP] included (HF's sequence ids).
-int64_t token_type(const FeatureView& feature, int32_t t) { return t >= feature.context_start ? 1 : 0; }
+// The tokenizer's context type id (BERT's 1, RoBERTa's 0) from the context on, the specials after
+// it included (HF's pair template), 0 before.
+int64_t token_type(const FeatureView& feature, int32_t t, int64_t context_type) {
+  return t >= feature.context_start ? context_type : 0;
+}
 
 void add_answer_and_counts(Batch& batch, const FeatureView& feature, int64_t row) {
   batch.start_positions[row] = feature.start_position;
@@ -43,11 +46,12 @@ void make_padded(Batch& batch, const FeatureStore& store, Padding padding, int64
   auto ids = batch.input_ids.accessor<int64_t, 2>();
   auto types = batch.token_type_ids.accessor<int64_t, 2>();
   auto mask = batch.attention_mask.accessor<int64_t, 2>();
+  const int64_t context_type = store.manifest().context_type_id;
   for (int64_t row = 0; row < rows; ++row) {
     const FeatureView feature = store.feature(batch.feature_indices[static_cast<size_t>(row)]);
     for (int32_t t = 0; t < feature.length; ++t) {
       ids[row][t] = feature.input_ids[t];
-      types[row][t] = token_type(feature, t);
+      types[row][t] = token_type(feature, t, context_type);
       mask[row][t] = 1;
     }
     add_answer_and_counts(batch, feature, row);
@@ -79,12 +83,13 @@ void make_packed(Batch& batch, const FeatureStore& store, const torch::TensorOpt
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* types = batch.token_type_ids.data_ptr<int64_t>();
   int64_t* positions = batch.position_ids.data_ptr<int64_t>();
+  const int64_t context_type = store.manifest().context_type_id;
   for (size_t row = 0; row < batch.feature_indices.size(); ++row) {
     const FeatureView feature = store.feature(batch.feature_indices[row]);
     const int64_t offset = batch.feature_offsets[row];
     for (int32_t t = 0; t < feature.length; ++t) {
       ids[offset + t] = feature.input_ids[t];
-      types[offset + t] = token_type(feature, t);
+      types[offset + t] = token_type(feature, t, context_type);
       positions[offset + t] = t;
     }
     add_answer_and_counts(batch, feature, static_cast<int64_t>(row));
@@ -117,8 +122,9 @@ std::vector<int64_t> TokenBuckets::all() const {
   return buckets;
 }
 
-Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding, int64_t pad_token_id,
-                 bool pin_memory, const TokenBuckets* buckets) {
+Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding, bool pin_memory,
+                 const TokenBuckets* buckets) {
+  const int64_t pad_token_id = store.manifest().pad_id;
   Batch batch;
   batch.feature_indices = feature_indices;
   const auto options = torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin_memory);
@@ -167,7 +173,7 @@ void BatchLoader::start(int64_t micro_batch) {
     // Pinned memory belongs to the thread's current CUDA device: this rank's, not device 0 (where
     // every rank of the node would otherwise open a context).
     c10::OptionalDeviceGuard guard(pin ? std::optional<c10::Device>(device_) : std::nullopt);
-    return make_batch(store_, indices, padding_, 0, pin, buckets_ ? &*buckets_ : nullptr);
+    return make_batch(store_, indices, padding_, pin, buckets_ ? &*buckets_ : nullptr);
   });
 }
 

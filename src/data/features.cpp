@@ -22,7 +22,7 @@ void validate(const FeatureParams& params) {
 // run past the window's last token into [SEP]/padding when the answer starts at that last token
 // (its comment calls it an edge case); here the scan stops at the window's end, so the label is
 // that last token, which is what the rule above asks for.
-std::pair<int, int> window_labels(const Encoding& context, int64_t window_begin, int64_t window_end, int64_t start_char,
+std::pair<int, int> window_labels(const TokenizedText& context, int64_t window_begin, int64_t window_end, int64_t start_char,
                                   int64_t end_char) {
   const auto& offsets = context.offsets;
   if (window_begin == window_end) return {-1, -1};
@@ -34,30 +34,86 @@ std::pair<int, int> window_labels(const Encoding& context, int64_t window_begin,
   return {static_cast<int>(start - 1 - window_begin), static_cast<int>(end + 1 - window_begin)};
 }
 
+// The special tokens of a pair, in order: before the question, between it and the context, after.
+struct PairSpecials {
+  std::vector<uint32_t> before, between, after;
+  size_t size() const { return before.size() + between.size() + after.size(); }
+};
+
+std::vector<uint32_t> ids_of(const std::vector<SpecialToken>& tokens) {
+  std::vector<uint32_t> ids;
+  for (const SpecialToken& token : tokens) ids.push_back(static_cast<uint32_t>(token.id));
+  return ids;
+}
+
+// One window: the specials, the question, context tokens [begin, end), its labels.
+void add_window(FeatureTable& table, const PairSpecials& specials, const TokenizedText& question, const TokenizedText& context,
+                size_t begin, size_t end, std::pair<int, int> labels) {
+  auto append = [&](const std::vector<uint32_t>& ids) { table.input_ids.insert(table.input_ids.end(), ids.begin(), ids.end()); };
+  const size_t context_start = specials.before.size() + question.size() + specials.between.size();
+  append(specials.before);
+  for (int32_t id : question.ids) table.input_ids.push_back(static_cast<uint32_t>(id));
+  append(specials.between);
+  for (size_t t = begin; t < end; ++t) table.input_ids.push_back(static_cast<uint32_t>(context.ids[t]));
+  append(specials.after);
+  table.offsets.insert(table.offsets.end(), 2 * context_start, -1);
+  for (size_t t = begin; t < end; ++t) {
+    table.offsets.push_back(context.offsets[t].begin);
+    table.offsets.push_back(context.offsets[t].end);
+  }
+  table.offsets.insert(table.offsets.end(), 2 * specials.after.size(), -1);
+  const bool inside = labels.first >= 0;
+  table.start_positions.push_back(inside ? static_cast<uint16_t>(context_start + labels.first) : 0);
+  table.end_positions.push_back(inside ? static_cast<uint16_t>(context_start + labels.second) : 0);
+  table.lengths.push_back(static_cast<uint16_t>(context_start + (end - begin) + specials.after.size()));
+  table.context_starts.push_back(static_cast<uint16_t>(context_start));
+}
+
 }  // namespace
 
-FeatureTable make_features(const SquadDataset& data, int64_t first_example, int64_t num_examples,
-                           const WordPieceTokenizer& tokenizer, const FeatureParams& params) {
+int32_t context_type_id(const HfTokenizer& tokenizer) {
+  const SequenceTemplate& pair = tokenizer.pair();
+  const std::string name = "tokenizer " + tokenizer.description();
+  if (tokenizer.pads_left())
+    throw InputError(describe(name, "padding_side left",
+                              "run_qa puts the context first for such a tokenizer; mpibert builds question-first features only"));
+  if (pair.before.empty())
+    throw InputError(
+        describe(name, "post_processor",
+                 "its pair template begins with no special token, which run_qa labels an answer outside the window with"));
+  bool fits = pair.first_type == 0;
+  for (const SpecialToken& token : pair.before) fits = fits && token.type_id == 0;
+  for (const SpecialToken& token : pair.between) fits = fits && token.type_id == 0;
+  for (const SpecialToken& token : pair.after) fits = fits && token.type_id == pair.second_type;
+  if (!fits)
+    throw InputError(describe(name, "post_processor",
+                              "its pair template's type ids are not 0 up to the context and one type from the context on"));
+  return pair.second_type;
+}
+
+FeatureTable make_features(const SquadDataset& data, int64_t first_example, int64_t num_examples, const HfTokenizer& tokenizer,
+                           const FeatureParams& params) {
   validate(params);
-  const Vocab& vocab = tokenizer.vocab();
-  const auto cls = static_cast<uint16_t>(vocab.cls_id()), sep = static_cast<uint16_t>(vocab.sep_id());
+  context_type_id(tokenizer);
+  const SequenceTemplate& pair = tokenizer.pair();
+  const PairSpecials specials{ids_of(pair.before), ids_of(pair.between), ids_of(pair.after)};
 
   FeatureTable table;
   int32_t cached_context = -1;
-  Encoding context;
+  TokenizedText context;
   for (int64_t e = first_example; e < first_example + num_examples; ++e) {
     const Example& example = data.examples[static_cast<size_t>(e)];
     const std::string record = "question id " + example.id;
     if (example.context_index != cached_context) {  // questions of a paragraph are consecutive
       cached_context = example.context_index;
-      context = tokenizer.encode(data.contexts[static_cast<size_t>(cached_context)]);
+      context = tokenizer.encode(data.contexts[static_cast<size_t>(cached_context)], false);
     }
-    Encoding question = tokenizer.encode(utf8::lstrip(example.question));
+    TokenizedText question = tokenizer.encode(utf8::lstrip(example.question), false);
     if (params.max_query_length > 0 && question.size() > static_cast<size_t>(params.max_query_length)) {
       question.ids.resize(static_cast<size_t>(params.max_query_length));
       question.offsets.resize(question.ids.size());
     }
-    const int64_t window = params.max_seq_length - static_cast<int64_t>(question.size()) - 3;
+    const int64_t window = params.max_seq_length - static_cast<int64_t>(question.size() + specials.size());
     if (window < 1)
       throw InputError(describe(data.path, record,
                                 "question has " + std::to_string(question.size()) +
@@ -75,32 +131,13 @@ FeatureTable make_features(const SquadDataset& data, int64_t first_example, int6
       start_char = example.answers[0].start;
       end_char = start_char + static_cast<int64_t>(utf8::length(example.answers[0].text));
     }
-    const auto context_start = static_cast<uint16_t>(question.size() + 2);
     size_t window_index = 0;
     for (size_t begin = 0;; begin += static_cast<size_t>(window - params.doc_stride), ++window_index) {
       const size_t end = std::min(begin + static_cast<size_t>(window), context.size());
-
-      table.input_ids.push_back(cls);
-      table.input_ids.insert(table.input_ids.end(), question.ids.begin(), question.ids.end());
-      table.input_ids.push_back(sep);
-      table.input_ids.insert(table.input_ids.end(), context.ids.begin() + static_cast<long>(begin),
-                             context.ids.begin() + static_cast<long>(end));
-      table.input_ids.push_back(sep);
-      table.offsets.insert(table.offsets.end(), 2 * (question.size() + 2), -1);
-      for (size_t t = begin; t < end; ++t) {
-        table.offsets.push_back(context.offsets[t].begin);
-        table.offsets.push_back(context.offsets[t].end);
-      }
-      table.offsets.insert(table.offsets.end(), {-1, -1});
-
-      auto [start, stop] =
+      const auto labels =
           start_char < 0 ? std::pair<int, int>{-1, -1}
                          : window_labels(context, static_cast<int64_t>(begin), static_cast<int64_t>(end), start_char, end_char);
-      const bool inside = start >= 0;
-      table.start_positions.push_back(inside ? static_cast<uint16_t>(context_start + start) : 0);
-      table.end_positions.push_back(inside ? static_cast<uint16_t>(context_start + stop) : 0);
-      table.lengths.push_back(static_cast<uint16_t>(question.size() + 3 + (end - begin)));
-      table.context_starts.push_back(context_start);
+      add_window(table, specials, question, context, begin, end, labels);
       table.example_indices.push_back(e);
       table.window_indices.push_back(static_cast<uint16_t>(std::min<size_t>(window_index, 65535)));
       if (end == context.size()) break;  // this window reached the end of the context

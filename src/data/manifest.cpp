@@ -30,7 +30,7 @@ void check_matches_manifest(const std::string& path, const ShardHeader& header, 
   expect_same("doc_stride", header.params.doc_stride, manifest.params.doc_stride);
   expect_same("max_query_length", header.params.max_query_length, manifest.params.max_query_length);
   expect_same("input_sha256", header.input_sha256, manifest.input_sha256);
-  expect_same("vocab_sha256", header.vocab_sha256, manifest.vocab_sha256);
+  expect_same("tokenizer_sha256", header.tokenizer_sha256, manifest.tokenizer_sha256);
   expect_same("first_example", header.first_example, entry.first_example);
   expect_same("num_examples", header.num_examples, entry.num_examples);
   expect_same("num_features", header.num_features, entry.num_features);
@@ -53,7 +53,13 @@ std::string manifest_to_json(const Manifest& manifest) {
         {"doc_stride", manifest.params.doc_stride},
         {"max_query_length", manifest.params.max_query_length}}},
       {"input", {{"path", manifest.input_path}, {"sha256", manifest.input_sha256}}},
-      {"vocab", {{"path", manifest.vocab_path}, {"sha256", manifest.vocab_sha256}, {"size", manifest.vocab_size}}},
+      {"tokenizer",
+       {{"path", manifest.tokenizer_path},
+        {"sha256", manifest.tokenizer_sha256},
+        {"kind", manifest.tokenizer_kind},
+        {"vocab_size", manifest.vocab_size},
+        {"pad_id", manifest.pad_id},
+        {"context_type_id", manifest.context_type_id}}},
       {"num_examples", manifest.num_examples},
       {"num_features", manifest.num_features},
       {"shards", shards},
@@ -80,10 +86,17 @@ Manifest read_manifest(const std::string& dir) {
   const Json& input = fields.get(root, "", "input", Json::value_t::object);
   manifest.input_path = fields.text(input, "input", "path");
   manifest.input_sha256 = fields.text(input, "input", "sha256");
-  const Json& vocab = fields.get(root, "", "vocab", Json::value_t::object);
-  manifest.vocab_path = fields.text(vocab, "vocab", "path");
-  manifest.vocab_sha256 = fields.text(vocab, "vocab", "sha256");
-  manifest.vocab_size = fields.integer<int64_t>(vocab, "vocab", "size");
+  const Json& tokenizer = fields.get(root, "", "tokenizer", Json::value_t::object);
+  manifest.tokenizer_path = fields.text(tokenizer, "tokenizer", "path");
+  manifest.tokenizer_sha256 = fields.text(tokenizer, "tokenizer", "sha256");
+  manifest.tokenizer_kind = fields.text(tokenizer, "tokenizer", "kind");
+  manifest.vocab_size = fields.integer<int64_t>(tokenizer, "tokenizer", "vocab_size");
+  manifest.pad_id = fields.integer<int32_t>(tokenizer, "tokenizer", "pad_id");
+  manifest.context_type_id = fields.integer<int32_t>(tokenizer, "tokenizer", "context_type_id");
+  if (manifest.vocab_size < 1) fields.fail("tokenizer.vocab_size", "must be positive");
+  if (manifest.pad_id < 0 || manifest.pad_id >= manifest.vocab_size)
+    fields.fail("tokenizer.pad_id", "must be an id of the vocabulary");
+  if (manifest.context_type_id < 0 || manifest.context_type_id > 1) fields.fail("tokenizer.context_type_id", "must be 0 or 1");
   manifest.num_examples = fields.integer<int64_t>(root, "", "num_examples");
   manifest.num_features = fields.integer<int64_t>(root, "", "num_features");
   const Json& shards = fields.get(root, "", "shards", Json::value_t::array);

@@ -30,7 +30,7 @@ ExampleRecords example_records(const SquadDataset& data, int64_t first, int64_t 
 
 }  // namespace
 
-Shard build_shard(const SquadDataset& data, int64_t first_example, int64_t num_examples, const WordPieceTokenizer& tokenizer,
+Shard build_shard(const SquadDataset& data, int64_t first_example, int64_t num_examples, const HfTokenizer& tokenizer,
                   ShardHeader header) {
   Shard shard;
   shard.header = std::move(header);
@@ -119,6 +119,13 @@ nlohmann::ordered_json inspect_shards(const std::string& dir) {
       {"max_seq_length", manifest.params.max_seq_length},
       {"doc_stride", manifest.params.doc_stride},
       {"max_query_length", manifest.params.max_query_length},
+      {"tokenizer",
+       {{"path", manifest.tokenizer_path},
+        {"kind", manifest.tokenizer_kind},
+        {"sha256", manifest.tokenizer_sha256},
+        {"vocab_size", manifest.vocab_size},
+        {"pad_id", manifest.pad_id},
+        {"context_type_id", manifest.context_type_id}}},
       {"features", store.num_features()},
       {"examples", store.num_examples()},
       {"answerable_examples", answerable},

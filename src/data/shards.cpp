@@ -4,6 +4,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 #include <string>
@@ -33,7 +34,7 @@ void for_each_header_field(Header& header, Visit&& visit) {
   visit("doc_stride", header.params.doc_stride);
   visit("max_query_length", header.params.max_query_length);
   visit("input_sha256", header.input_sha256);
-  visit("vocab_sha256", header.vocab_sha256);
+  visit("tokenizer_sha256", header.tokenizer_sha256);
   visit("tool_version", header.tool_version);
   visit("shard_index", header.shard_index);
   visit("num_shards", header.num_shards);
@@ -115,6 +116,15 @@ ShardHeader read_header(const ShardFile& file) {
   return header;
 }
 
+// Token ids as uint16 where every one fits (the shards of vocabularies up to 65,536 tokens, as
+// before larger ones were read), else uint32.
+void write_ids(const ShardFile& file, const std::string& name, const std::vector<uint32_t>& ids) {
+  if (std::all_of(ids.begin(), ids.end(), [](uint32_t id) { return id <= UINT16_MAX; }))
+    write_dataset(file, name, std::vector<uint16_t>(ids.begin(), ids.end()), 1);
+  else
+    write_dataset(file, name, ids, 1);
+}
+
 }  // namespace
 
 void write_shard(const std::string& path, const Shard& shard) {
@@ -123,8 +133,11 @@ void write_shard(const std::string& path, const Shard& shard) {
   file.create_in_memory();
   for_each_header_field(shard.header, [&](const char* name, const auto& field) { write_attribute(file, name, field); });
   for_each_array(shard, [&](const std::string& name, const auto& values, Extent, hsize_t columns) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(values)>, std::vector<std::string>>)
+    using Values = std::decay_t<decltype(values)>;
+    if constexpr (std::is_same_v<Values, std::vector<std::string>>)
       write_strings(file, name, values);
+    else if constexpr (std::is_same_v<Values, std::vector<uint32_t>>)
+      write_ids(file, name, values);
     else
       write_dataset(file, name, values, columns);
   });

@@ -2,31 +2,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <unordered_map>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/core/json_text.hpp"
 #include "mpibert/core/utf8.hpp"
+#include "mpibert/data/squad_answers.hpp"
 
 namespace mpibert {
 namespace {
 
 using nlohmann::json;
-
-std::string line_and_column(const std::string& text, size_t byte) {
-  size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + std::min(byte, text.size()), '\n'));
-  size_t line_start = text.rfind('\n', byte == 0 ? 0 : byte - 1);
-  size_t column = byte - (line_start == std::string::npos ? 0 : line_start + 1) + 1;
-  return "byte " + std::to_string(byte) + " (line " + std::to_string(line) + ", column " + std::to_string(column) + ")";
-}
-
-// The text just before `byte`, so users can find the record in an editor.
-std::string text_before(const std::string& text, size_t byte) {
-  size_t begin = byte > 40 ? byte - 40 : 0;
-  while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
-  return quote_excerpt(text.substr(begin, byte - begin), 40);
-}
 
 // Typed access to a JSON member with errors naming the file and the record.
 class Validator {
@@ -66,21 +53,19 @@ std::string question_record(const std::string& where, const std::string& id) {
   return id.empty() ? where : where + " (id " + id + ")";
 }
 
+void append_field(std::string& out, const std::string& field) {
+  const uint64_t size = field.size();
+  for (int byte = 0; byte < 8; ++byte) out.push_back(static_cast<char>((size >> (8 * byte)) & 0xff));
+  out += field;
+}
+
 }  // namespace
 
 SquadDataset parse_squad(const std::string& path, const std::string& text) {
-  if (auto bad = utf8::find_invalid(text))
-    throw InputError(describe(path, line_and_column(text, *bad), "invalid UTF-8 after " + text_before(text, *bad)));
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    size_t byte = e.byte > 0 ? e.byte - 1 : 0;
-    throw InputError(describe(path, line_and_column(text, byte), std::string("not valid JSON: ") + e.what()));
-  } catch (const json::exception& e) {  // out_of_range: a number beyond double's range, such as 1e400
-    throw InputError(describe(path, "", std::string("not valid JSON: ") + e.what()));
-  }
+  return squad_from_json(path, parse_json_text(path, text));
+}
 
+SquadDataset squad_from_json(const std::string& path, const json& root) {
   Validator check(path);
   SquadDataset data;
   data.path = path;
@@ -89,7 +74,8 @@ SquadDataset parse_squad(const std::string& path, const std::string& text) {
   const json& articles = check.member(root, "data", json::value_t::array, "top level");
 
   std::unordered_map<std::string, std::string> id_locations;
-  std::u32string context_chars, answer_chars;
+  std::u32string context_chars;
+  AnswerSpanCheck spans;
   for (size_t a = 0; a < articles.size(); ++a) {
     const std::string article_record = "data[" + std::to_string(a) + "]";
     check.require_object(articles[a], article_record);
@@ -130,20 +116,8 @@ SquadDataset parse_squad(const std::string& path, const std::string& text) {
           Answer answer;
           answer.text = check.member(answers[k], "text", json::value_t::string, answer_record).get<std::string>();
           const json& start = check.member(answers[k], "answer_start", json::value_t::number_integer, answer_record);
-          int64_t start_value = start.get<int64_t>();
-          utf8::decode(answer.text, answer_chars);
-          if (answer_chars.empty()) check.fail(answer_record, "answer text is empty");
-          if (start_value < 0 ||
-              start_value + static_cast<int64_t>(answer_chars.size()) > static_cast<int64_t>(context_chars.size()))
-            check.fail(answer_record, "answer_start " + std::to_string(start_value) + " with an answer of " +
-                                          std::to_string(answer_chars.size()) + " characters falls outside the context (" +
-                                          std::to_string(context_chars.size()) + " characters)");
-          if (context_chars.compare(static_cast<size_t>(start_value), answer_chars.size(), answer_chars) != 0) {
-            std::u32string found = context_chars.substr(static_cast<size_t>(start_value), answer_chars.size());
-            check.fail(answer_record, "the context at answer_start " + std::to_string(start_value) + " reads " +
-                                          quote_excerpt(utf8::encode(found)) + ", not the answer text " +
-                                          quote_excerpt(answer.text));
-          }
+          const int64_t start_value = start.get<int64_t>();
+          spans.check(context_chars, answer.text, start_value, path, answer_record);
           answer.start = static_cast<int32_t>(start_value);
           example.answers.push_back(std::move(answer));
         }
@@ -160,6 +134,7 @@ SquadDataset parse_squad(const std::string& path, const std::string& text) {
     article.num_examples = static_cast<int64_t>(data.examples.size()) - article.first_example;
     data.articles.push_back(std::move(article));
   }
+  spans.finish();
   return data;
 }
 
@@ -179,5 +154,24 @@ SquadDataset single_question(const std::string& origin, const std::string& id, c
 }
 
 SquadDataset read_squad(const std::string& path) { return parse_squad(path, read_file(path)); }
+
+std::string squad_content_sha256(const SquadDataset& data) {
+  std::string bytes;
+  for (const ArticleRange& article : data.articles) {
+    append_field(bytes, article.title);
+    append_field(bytes, std::to_string(article.num_contexts) + " " + std::to_string(article.num_examples));
+  }
+  for (const std::string& context : data.contexts) append_field(bytes, context);
+  for (const Example& example : data.examples) {
+    append_field(bytes, example.id);
+    append_field(bytes, example.question);
+    append_field(bytes, std::to_string(example.context_index) + " " + std::to_string(example.answers.size()));
+    for (const Answer& answer : example.answers) {
+      append_field(bytes, answer.text);
+      append_field(bytes, std::to_string(answer.start));
+    }
+  }
+  return sha256_hex(bytes);
+}
 
 }  // namespace mpibert

@@ -75,7 +75,7 @@ FeatureLogits compute_logits(QuestionAnsweringModel& model, const FeatureStore& 
   for (int64_t begin = first; begin < last; begin += batch_size) {
     std::vector<int64_t> indices;
     for (int64_t i = begin; i < std::min(begin + batch_size, last); ++i) indices.push_back(i);
-    const Batch batch = make_batch(store, indices, padding, /*pad_token_id=*/0, /*pin_memory=*/device.is_cuda()).to(device);
+    const Batch batch = make_batch(store, indices, padding, /*pin_memory=*/device.is_cuda()).to(device);
     QAOutput out = forward_batch(model, batch);
     loss_sum += out.loss.to(torch::kDouble) * static_cast<double>(indices.size());
     LogitsInFlight current(out, std::move(indices));

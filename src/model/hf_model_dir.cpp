@@ -9,7 +9,7 @@
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/hf_state.hpp"
 #include "mpibert/model/model_registry.hpp"
-#include "mpibert/text/tokenizer.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -36,25 +36,26 @@ std::string transformer_dir(const std::string& dir) {
   throw InputError(describe(modules_path, "", "lists no sentence_transformers.models.Transformer module (the BERT to load)"));
 }
 
-// The model's own tokenizer files, where it has them, must describe what mpibert-prep tokenized
-// with: an uncased WordPiece over the same vocabulary as `vocab_path`.
-void check_tokenizer(const std::string& dir, const std::string& vocab_path) {
-  const std::string tokenizer_config = dir + "/tokenizer_config.json";
-  if (fs::exists(tokenizer_config)) {
-    const nlohmann::json json = read_json_file(tokenizer_config);
-    if (json.is_object() && json.contains("do_lower_case") && json["do_lower_case"] == false)
-      throw InputError(describe(tokenizer_config, "'do_lower_case'",
-                                "is false: a cased model, but mpibert's WordPiece tokenizer lower-cases (uncased models only)"));
-  }
-  const std::string own_vocab = dir + "/vocab.txt";
-  if (!vocab_path.empty() && fs::exists(own_vocab) && read_file(own_vocab) != read_file(vocab_path))
-    throw InputError(describe(
-        vocab_path, "", "differs from the model's own " + own_vocab + ": the token ids would mean other words to this model"));
+// A tokenizer the model can take: ids inside its embedding, and, where the model directory has a
+// tokenizer of its own, that same tokenizer (other ids would mean other words to the model).
+void check_tokenizer(const std::string& dir, const std::string& tokenizer_path, const QuestionAnsweringModel& model,
+                     const std::string& config_path) {
+  const HfTokenizer tokenizer = HfTokenizer::load(tokenizer_path);
+  if (static_cast<int64_t>(tokenizer.vocab_size()) > model.vocab_size())
+    throw InputError(describe(tokenizer_path, "",
+                              "has " + std::to_string(tokenizer.vocab_size()) + " tokens, but " + config_path +
+                                  " says vocab_size " + std::to_string(model.vocab_size())));
+  if (!has_tokenizer_files(dir) || fs::equivalent(fs::absolute(tokenizer_path), fs::absolute(dir))) return;
+  const HfTokenizer own = HfTokenizer::load(dir);
+  if (own.digest() != tokenizer.digest())
+    throw InputError(describe(tokenizer_path, "",
+                              "is not the model's own tokenizer (" + own.description() +
+                                  "): the token ids would mean other words to this model"));
 }
 
 }  // namespace
 
-QAModelPtr load_qa_model(const std::string& model_dir, const std::string& vocab_path, const ModelOptions& options,
+QAModelPtr load_qa_model(const std::string& model_dir, const std::string& tokenizer_path, const ModelOptions& options,
                          LoadReport* report, const std::string& model_type) {
   const std::string dir = transformer_dir(model_dir);
   const std::string weights = dir + "/model.safetensors";
@@ -68,41 +69,45 @@ QAModelPtr load_qa_model(const std::string& model_dir, const std::string& vocab_
   }
   const std::string config_path = dir + "/config.json";
   QAModelPtr model = make_qa_model(read_json_file(config_path), config_path, options, model_type);
-  if (!vocab_path.empty()) {
-    Vocab vocab = Vocab::load(vocab_path);
-    if (static_cast<int64_t>(vocab.size()) != model->vocab_size())
-      throw InputError(describe(vocab_path, "",
-                                "has " + std::to_string(vocab.size()) + " tokens, but " + config_path + " says vocab_size " +
-                                    std::to_string(model->vocab_size())));
-  }
-  check_tokenizer(dir, vocab_path);
+  if (!tokenizer_path.empty()) check_tokenizer(dir, tokenizer_path, *model, config_path);
   LoadReport loaded = model->load_state(SafetensorsFile::open(weights));
   if (report) *report = std::move(loaded);
   return model;
 }
 
-void save_pretrained(QuestionAnsweringModel& model, const std::string& dir, const std::string& vocab_path) {
+void save_pretrained(QuestionAnsweringModel& model, const std::string& dir, const std::string& tokenizer_path) {
   fs::create_directories(dir);
   write_safetensors(dir + "/model.safetensors", model.state_to_save(), {{"format", "pt"}});
   write_file_atomic(dir + "/config.json", model.config_json().dump(2) + "\n");
-  write_file_atomic(dir + "/vocab.txt", read_file(vocab_path));
-  write_file_atomic(dir + "/tokenizer_config.json", "{\n  \"do_lower_case\": true\n}\n");
+  save_tokenizer_files(tokenizer_path, dir);
+}
+
+std::string model_tokenizer_dir(const std::string& dir) {
+  for (const std::string& candidate : {transformer_dir(dir), dir})
+    if (has_tokenizer_files(candidate)) return candidate;
+  return "";
+}
+
+bool has_tokenizer_files(const std::string& dir) {
+  for (const std::string& name : tokenizer_file_names())
+    if (name != "tokenizer_config.json" && name != "special_tokens_map.json" && fs::exists(fs::path(dir) / name)) return true;
+  return false;
 }
 
 LoadReport load_state(BertForQuestionAnswering& model, const SafetensorsFile& checkpoint) {
   return model->load_state(checkpoint);
 }
 
-BertForQuestionAnswering load_pretrained(const std::string& dir, const std::string& vocab_path, const ModelOptions& options,
+BertForQuestionAnswering load_pretrained(const std::string& dir, const std::string& tokenizer_path, const ModelOptions& options,
                                          LoadReport* report) {
-  const QAModelPtr model = load_qa_model(dir, vocab_path, options, report);
+  const QAModelPtr model = load_qa_model(dir, tokenizer_path, options, report);
   auto bert = std::dynamic_pointer_cast<BertForQuestionAnsweringImpl>(model);
   if (!bert) throw InputError(describe(dir, "", "holds a " + model->architecture() + ", not a BertForQuestionAnswering"));
   return BertForQuestionAnswering(bert);
 }
 
-void save_pretrained(BertForQuestionAnswering& model, const std::string& dir, const std::string& vocab_path) {
-  save_pretrained(*model, dir, vocab_path);
+void save_pretrained(BertForQuestionAnswering& model, const std::string& dir, const std::string& tokenizer_path) {
+  save_pretrained(*model, dir, tokenizer_path);
 }
 
 }  // namespace mpibert

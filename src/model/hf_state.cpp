@@ -61,7 +61,8 @@ LoadReport load_hf_state(torch::nn::Module& module, const SafetensorsFile& check
   }
 
   std::vector<std::string> missing;
-  for (const auto& [name, tensor] : parameters) {
+  for (const auto& parameter : parameters) {
+    const std::string& name = parameter.first;  // a structured binding cannot be captured in C++17
     if (loaded.count(name)) continue;
     const bool fresh = std::any_of(names.fresh_prefixes.begin(), names.fresh_prefixes.end(),
                                    [&](const std::string& prefix) { return name_starts_with(name, prefix); });

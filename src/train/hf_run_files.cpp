@@ -1,4 +1,5 @@
 #include "mpibert/train/hf_run_files.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -164,7 +165,9 @@ void write_hf_run_files(const std::string& run_dir, const nlohmann::ordered_json
 }
 
 void publish_final_model(const std::string& run_dir, const std::string& checkpoint_dir) {
-  for (const char* name : {"config.json", "vocab.txt", "tokenizer_config.json", "model.safetensors"}) {
+  std::vector<std::string> names = {"config.json", "model.safetensors"};
+  names.insert(names.end(), tokenizer_file_names().begin(), tokenizer_file_names().end());
+  for (const std::string& name : names) {
     const fs::path source = fs::path(checkpoint_dir) / name;
     if (fs::exists(source)) link_or_copy(source, fs::path(run_dir) / name);
   }

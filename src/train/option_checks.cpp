@@ -1,4 +1,5 @@
 #include "mpibert/train/option_checks.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/parallel/strategies.hpp"
+#include "mpibert/report/report_to.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
 #include "mpibert/train/training_checkpoint.hpp"
 
@@ -179,6 +181,7 @@ void check_train_options(const TrainOptions& o) {
   check.at_least(o.dataloader_num_workers, 0);
   check_intervals(o);
   check_strategy_options(o);
+  parse_report_to(o.report_to, check.flag(o.report_to));
   if (o.model.autocast_bf16 && o.model.autocast_fp16)
     throw InputError(check.flag(o.model.autocast_fp16) + " and " + check.flag(o.model.autocast_bf16) + ": give one of them");
   if (o.train_dir.empty())
@@ -238,9 +241,9 @@ void remove_earlier_run(const std::string& output_dir) {
   for (const char* name :
        {"metrics.jsonl", "results.json", "all_results.json", "train_results.json", "eval_results.json", "trainer_state.json",
         "predictions.json", "nbest_predictions.json", "null_odds.json", "eval_predictions.json", "eval_nbest_predictions.json",
-        "eval_null_odds.json", "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_config.toml",
-        "tensorboard", "profile"})
+        "eval_null_odds.json", "config.json", "model.safetensors", "train_config.toml", "tensorboard", "profile", "report.json"})
     fs::remove_all(fs::path(output_dir) / name);
+  for (const std::string& name : tokenizer_file_names()) fs::remove_all(fs::path(output_dir) / name);
 }
 
 // mpibert-prep keeps each question's is_impossible: v2.0 data shows as questions without an

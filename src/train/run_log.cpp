@@ -40,34 +40,12 @@ std::string mpi_library_version() {
 
 }  // namespace
 
-RunLog::RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard, torch::Device device)
-    : output_dir_(output_dir), writer_(writer), world_size_(world_size), device_(device) {
+RunLog::RunLog(const std::string& output_dir, bool writer, int world_size, Trackers trackers, torch::Device device)
+    : output_dir_(output_dir), writer_(writer), world_size_(world_size), device_(device), trackers_(std::move(trackers)) {
   if (!writer_) return;
-  if (tensorboard) tensorboard_.emplace(output_dir + "/tensorboard");
   const std::string path = output_dir + "/metrics.jsonl";
   metrics_.reset(std::fopen(path.c_str(), "a"));
   if (!metrics_) throw InputError(describe(path, "", std::string("cannot open for appending: ") + std::strerror(errno)));
-}
-
-void RunLog::add_options(const TrainOptions& options, const std::string& model_type, const std::string& architecture) {
-  if (!tensorboard_) return;
-  nlohmann::ordered_json args;
-  std::map<std::string, TensorBoardWriter::HParam> hparams;
-  auto add = [&](const std::string& name, const nlohmann::ordered_json& json) {
-    args[name] = json;
-    if (json.is_boolean())
-      hparams[name] = json.get<bool>();
-    else if (json.is_number())
-      hparams[name] = json.get<double>();
-    else
-      hparams[name] = json.get<std::string>();
-  };
-  for_each_train_option(options, [&](const TrainOptionField& field, const auto& value) { add(field.name, option_json(value)); });
-  add("model_type", model_type);
-  add("architecture", architecture);
-  tensorboard_->add_text("args", args.dump(2));
-  tensorboard_->add_hparams(hparams);
-  tensorboard_->flush();
 }
 
 void RunLog::add_step(StepRecord record, double step_time, double samples_per_second) {
@@ -103,21 +81,15 @@ std::vector<LoggedStep> RunLog::flush_steps() {
     LoggedStep step{
         p.record.step, p.record.epoch,   losses[i] / world_size_, *read++,         p.record.learning_rate, p.samples_per_second,
         p.step_time,   p.record.seconds, p.record.loss_scale,     p.record.skipped};
-    scalar("train/loss", step.loss, step.step);
-    scalar("train/learning_rate", step.learning_rate, step.step);
-    scalar("train/grad_norm", step.grad_norm, step.step);
-    scalar("train/samples_per_second", step.samples_per_second, step.step);
-    scalar("train/step_time", step.step_time, step.step);
     nlohmann::ordered_json line = {{"step", step.step},           {"epoch", step.epoch},
                                    {"loss", step.loss},           {"learning_rate", step.learning_rate},
                                    {"grad_norm", step.grad_norm}, {"samples_per_second", step.samples_per_second},
                                    {"step_time", step.step_time}, {"seconds", step.seconds}};
     if (step.loss_scale) {
-      scalar("train/loss_scale", *step.loss_scale, step.step);
       line["loss_scale"] = *step.loss_scale;
       line["skipped"] = step.skipped;
     }
-    write_metrics_line(line);
+    write_metrics_line(line, MetricRecord::Kind::kTrain);
     logged.push_back(step);
   }
   pending_.clear();
@@ -137,32 +109,31 @@ nlohmann::ordered_json eval_metrics_as_hf(const EvalResult& result, int world_si
 }
 
 void RunLog::add_evaluation(int64_t step, double epoch, const EvalResult& result) {
-  scalar("eval/loss", result.loss, step);
   nlohmann::ordered_json line = {{"step", step}, {"epoch", epoch}};
   line.update(eval_metrics_as_hf(result, world_size_));
-  write_metrics_line(line);
-  for (const char* key : {"exact_match", "exact", "f1", "best_f1"})
-    if (result.metrics.contains(key)) scalar(std::string("eval/") + key, result.metrics[key].get<double>(), step);
+  write_metrics_line(line, MetricRecord::Kind::kEval);
 }
 
-void RunLog::flush_tensorboard() {
-  if (tensorboard_) tensorboard_->flush();
+void RunLog::flush_trackers() { trackers_.flush(); }
+
+std::vector<std::string> RunLog::finish_trackers(const nlohmann::ordered_json& results, RunEnd end) {
+  return trackers_.finish(results, end);
 }
 
 void RunLog::write_results(const nlohmann::ordered_json& results) const {
   if (writer_) write_file_atomic(output_dir_ + "/results.json", results.dump(2) + "\n");
 }
 
-void RunLog::write_metrics_line(const nlohmann::ordered_json& line) {
+// The line into metrics.jsonl first (the trackers' companion follows the file), then to the trackers.
+void RunLog::write_metrics_line(const nlohmann::ordered_json& line, MetricRecord::Kind kind) {
   if (!metrics_) return;
   const std::string text = line.dump() + "\n";
   if (std::fwrite(text.data(), 1, text.size(), metrics_.get()) != text.size() || std::fflush(metrics_.get()) != 0)
     throw InputError(describe(output_dir_ + "/metrics.jsonl", "", std::string("write failed: ") + std::strerror(errno)));
+  trackers_.log({kind, line});
 }
 
-void RunLog::scalar(const std::string& tag, double value, int64_t step) {
-  if (tensorboard_) tensorboard_->add_scalar(tag, value, step);
-}
+std::string mpibert_git_commit() { return MPIBERT_GIT_COMMIT; }
 
 std::string mpibert_version_text() { return std::string("mpibert ") + MPIBERT_VERSION + " (git " + MPIBERT_GIT_COMMIT + ")"; }
 

@@ -171,6 +171,16 @@ nlohmann::ordered_json Trainer::utilization() const {
                              : 0.0}};
 }
 
+// The trackers' end, after results.json: what they could not send is said (it is in the run
+// directory, for mpibert-report), and RUN/report.json records how the job ended.
+void Trainer::finish_reporting(const nlohmann::ordered_json& results, RunEnd end) {
+  for (std::string note : log_->finish_trackers(results, end)) {
+    if (const size_t at = note.find("RUN_DIR"); at != std::string::npos) note.replace(at, 7, options_.output_dir);
+    spdlog::warn("{}", note);
+  }
+  write_report_file(report_run_, log_->trackers(), run_end_name(end));
+}
+
 // HF Trainer's files for what the run wrote (hf_run_files.hpp): its results and log history,
 // and the final model at the top of the run directory. (The prediction files get run_qa's names
 // where they are written: answer_extraction.hpp.)

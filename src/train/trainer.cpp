@@ -62,10 +62,11 @@ nlohmann::ordered_json Trainer::run() {
   const double train_runtime = seconds_since(loop_start_);
   if (!options_.eval_dir.empty() && !stopped_early && last_eval_step_ != state_.global_step) run_evaluation();
   if (!stopped_early) save_checkpoint();
-  log_->flush_tensorboard();
+  log_->flush_trackers();
   const nlohmann::ordered_json record = results(stopped_early, train_runtime);
   log_->write_results(record);
   if (ranks_.root() && !stopped_early) write_hf_names(record);
+  if (ranks_.root()) finish_reporting(record, stopped_early ? RunEnd::kStopped : RunEnd::kCompleted);
   return record;
 }
 
@@ -249,7 +250,7 @@ void Trainer::flush_logs(bool print_progress) {
                      static_cast<double>(total_steps_ - step.step);
   spdlog::info("step {}/{} epoch {:.2f} loss {:.4f} lr {:.3e} grad_norm {:.3f} samples/s {:.1f} ETA {}", step.step, total_steps_,
                step.epoch, step.loss, step.learning_rate, step.grad_norm, step.samples_per_second, format_duration(eta));
-  log_->flush_tensorboard();
+  log_->flush_trackers();
 }
 
 // Evaluation at a step (every rank takes part): metrics into the logs, prediction files into the

@@ -21,6 +21,8 @@
 #include "mpibert/optim/optimizer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
+#include "mpibert/train/reporting.hpp"
 #include "mpibert/train/run_log.hpp"
 #include "mpibert/train/step_graphs.hpp"
 #include "mpibert/train/stop_signals.hpp"
@@ -52,10 +54,15 @@ class Trainer {
   // Setup and the ranks' agreement (trainer_setup.cpp).
   void set_up_model_and_data();
   void check_shard_geometry(const std::string& dir, const FeatureParams& prepared) const;
-  void check_eval_shards(const Manifest& eval) const;
+  void check_eval_shards(const Manifest& eval, const HfTokenizer& tokenizer) const;
+  void check_shard_tokenizer(const std::string& dir, const Manifest& manifest, const HfTokenizer& tokenizer) const;
   void set_up_schedule();
   void set_up_parallel();
   CheckpointContext checkpoint_context() const;
+  // What the trackers are told, and their end (reporting.hpp; trainer_setup.cpp, run_record.cpp).
+  RunDescription describe_for_trackers();
+  Trackers connect_trackers();
+  void finish_reporting(const nlohmann::ordered_json& results, RunEnd end);
   // The loop (trainer.cpp).
   bool steps_left_in_epoch() const;
   // Epochs done after optimizer step `step` (fractional).
@@ -87,6 +94,7 @@ class Trainer {
   QAModelPtr model_;  // the model config.json's model_type picks (model/model_registry.hpp)
   std::optional<FeatureStore> store_, eval_store_;
   std::string resume_from_;
+  std::string tokenizer_sha256_;  // the run's tokenizer, which every rank must share
   TrainerState state_;
   std::optional<DistributedSampler> sampler_;
   int64_t steps_per_epoch_ = 1, total_steps_ = 0, warmup_ = 0, resumed_from_step_ = 0;
@@ -98,6 +106,7 @@ class Trainer {
   std::shared_ptr<Communicator> communicator_;
   std::unique_ptr<DataParallel> parallel_;
   std::unique_ptr<RunLog> log_;
+  RunDescription report_run_;                  // rank 0: what its trackers were told (RUN/report.json)
   std::optional<TokenBuckets> token_buckets_;  // --cuda-graphs: the packed batches' fixed shapes
   std::unique_ptr<StepGraphs> step_graphs_;
   std::optional<EvalResult> last_eval_;

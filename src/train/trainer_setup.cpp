@@ -8,6 +8,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/core/process.hpp"
 #include "mpibert/model/encoder_parts.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/model_registry.hpp"
@@ -24,7 +25,8 @@ namespace {
 // What every rank must agree on before training together: the options, the model's shape and
 // the data. Each rank sends its description; a rank that differs from rank 0 is named, with the
 // entries that differ.
-nlohmann::ordered_json run_description(const TrainOptions& o, const nlohmann::ordered_json& model_config) {
+nlohmann::ordered_json run_description(const TrainOptions& o, const nlohmann::ordered_json& model_config,
+                                       const std::string& tokenizer_sha256) {
   auto digest = [](const std::string& path) { return path.empty() ? std::string() : sha256_file(path); };
   nlohmann::ordered_json description;
   for_each_train_option(o, [&](const TrainOptionField& field, const auto& value) {
@@ -34,7 +36,7 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const nlohmann::or
   description["train_manifest_sha256"] = digest(o.train_dir + "/" + kManifestName);
   description["eval_manifest_sha256"] = o.eval_dir.empty() ? "" : digest(o.eval_dir + "/" + kManifestName);
   description["model_config"] = model_config;
-  description["vocab_sha256"] = digest(o.vocab);
+  description["tokenizer_sha256"] = tokenizer_sha256;
   return description;
 }
 
@@ -43,16 +45,69 @@ nlohmann::ordered_json run_description(const TrainOptions& o, const nlohmann::or
 Trainer::Trainer(const TrainOptions& options) : options_(options) {
   set_up_model_and_data();
   set_up_schedule();
+  Trackers trackers = connect_trackers();
   // Setup succeeded on every rank: now the run directory is written.
   if (ranks_.root()) {
     if (options_.overwrite_output_dir) remove_earlier_run(options_.output_dir);
     fs::create_directories(options_.output_dir);
     if (!options_.config_record.empty()) write_file_atomic(options_.output_dir + "/train_config.toml", options_.config_record);
+    if (auto tensorboard = make_tensorboard_tracker(options_, model().model_type(), model().architecture()))
+      trackers.add(std::move(tensorboard));
+    write_report_file(report_run_, trackers);
   }
   set_up_parallel();
-  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, options_.report_to == ReportTo::kTensorBoard,
-                                  device_);
-  log_->add_options(options_, model().model_type(), model().architecture());
+  trackers.start();
+  log_ = std::make_unique<RunLog>(options_.output_dir, ranks_.root(), ranks_.size, std::move(trackers), device_);
+}
+
+// Rank 0's trackers of --report-to that report over a network or a companion, connected before
+// anything is written: one that cannot be reached ends the job on every rank, naming it.
+Trackers Trainer::connect_trackers() {
+  Trackers trackers;
+  if (ranks_.root()) report_run_ = describe_for_trackers();
+  agree_on(ranks_, [&] {
+    if (ranks_.root()) trackers = connect_remote_trackers(options_, report_run_, "/proc/self/exe");
+  });
+  return trackers;
+}
+
+// The run as trackers show it: its name, the parameters (HF's names, what they resolved to, the
+// model's config), the tags trackers filter by, and on a resume the earlier job's tracker runs.
+RunDescription Trainer::describe_for_trackers() {
+  RunDescription run;
+  run.output_dir = options_.output_dir;
+  fs::path dir = fs::absolute(options_.output_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "runs/a/"
+  run.run_name = options_.run_name.empty() ? dir.filename().string() : options_.run_name;
+  const std::string strategy = checkpoint_context().strategy;
+  const nlohmann::ordered_json resolved = {
+      {"warmup_steps", warmup_},
+      {"lr_scheduler_kwargs", schedule_->resolved_kwargs()},
+      {"device", device_.str()},
+      {"total_steps", total_steps_},
+      {"world_size", ranks_.size},
+      {"global_batch_size", options_.batch_size * options_.gradient_accumulation * ranks_.size},
+      {"train_samples", store_->num_features()},
+      {"strategy", strategy},
+      {"model_type", model().model_type()},
+      {"run_name", run.run_name},
+      {"num_parameters", count_parameters(model().module())}};
+  run.params = tracker_params(options_, model().config_json(), resolved);
+  const nlohmann::ordered_json device = describe_device(device_);
+  run.tags = {{"model_type", model().model_type()},
+              {"architecture", model().architecture()},
+              {"strategy", strategy},
+              {"world_size", std::to_string(ranks_.size)},
+              {"device", device_.is_cuda() ? device.value("name", device_.str()) : device_.str()},
+              {"mpibert", MPIBERT_VERSION},
+              {"git_commit", mpibert_git_commit()},
+              {"host", host_name()}};
+  if (!resume_from_.empty()) {
+    run.earlier = earlier_trackers(options_.output_dir);
+    const std::string metrics = options_.output_dir + "/metrics.jsonl";
+    if (fs::exists(metrics)) run.metrics_offset = static_cast<int64_t>(fs::file_size(metrics));
+  }
+  return run;
 }
 
 // Setup each rank does alone (any rank's failure stops all of them with one message), then the
@@ -70,16 +125,34 @@ void Trainer::check_shard_geometry(const std::string& dir, const FeatureParams& 
     refuse("doc_stride", "--doc-stride", prepared.doc_stride, options_.expected_doc_stride);
 }
 
-// Evaluation shards must be the training shards' kind: the same vocabulary (token ids mean the
+// Shards made by the run's tokenizer (token ids mean the words the model learns), which pads with
+// the model's padding id and has no ids past its embedding.
+void Trainer::check_shard_tokenizer(const std::string& dir, const Manifest& manifest, const HfTokenizer& tokenizer) const {
+  const std::string where = dir + "/" + kManifestName;
+  if (manifest.tokenizer_sha256 != tokenizer.digest())
+    throw InputError(describe(
+        where, "",
+        "prepared with another tokenizer (" + manifest.tokenizer_kind + ", sha256 " + manifest.tokenizer_sha256.substr(0, 12) +
+            ") than this run's (" + tokenizer.description() + ", sha256 " + tokenizer.digest().substr(0, 12) +
+            "): token ids would mean other words; prepare them again with mpibert-prep --tokenizer " + options_.tokenizer));
+  if (manifest.vocab_size > model().vocab_size())
+    throw InputError(describe(where, "",
+                              "prepared with a vocabulary of " + std::to_string(manifest.vocab_size) +
+                                  " tokens, but the model has vocab_size " + std::to_string(model().vocab_size())));
+  const int64_t model_pad = model().config_json().value("pad_token_id", static_cast<int64_t>(manifest.pad_id));
+  if (model_pad != manifest.pad_id)
+    throw InputError(describe(where, "",
+                              "its tokenizer pads with id " + std::to_string(manifest.pad_id) +
+                                  ", but the model's config.json says pad_token_id " + std::to_string(model_pad)));
+}
+
+// Evaluation shards must be the training shards' kind: the same tokenizer (token ids mean the
 // same words) and sequence length (the model was trained on windows of it).
-void Trainer::check_eval_shards(const Manifest& eval) const {
+void Trainer::check_eval_shards(const Manifest& eval, const HfTokenizer& tokenizer) const {
   check_shard_geometry(options_.eval_dir, eval.params);
   const Manifest& train = store_->manifest();
   const std::string where = options_.eval_dir + "/" + kManifestName;
-  if (!eval.vocab_sha256.empty() && !train.vocab_sha256.empty() && eval.vocab_sha256 != train.vocab_sha256)
-    throw InputError(describe(where, "",
-                              "prepared with another vocabulary (" + eval.vocab_path + ") than the training shards (" +
-                                  train.vocab_path + "): prepare them again with --vocab " + options_.vocab));
+  check_shard_tokenizer(options_.eval_dir, eval, tokenizer);
   if (eval.params.max_seq_length != train.params.max_seq_length)
     throw InputError(describe(where, "",
                               "prepared with max_seq_length " + std::to_string(eval.params.max_seq_length) +
@@ -99,31 +172,25 @@ void Trainer::set_up_model_and_data() {
     device_ = select_device(options_.device, local_rank());
     model_ = options_.model_dir.empty()
                  ? make_qa_model_from_file(options_.model_config, options_.model, options_.model_type)
-                 : load_qa_model(options_.model_dir, options_.vocab, options_.model, nullptr, options_.model_type);
+                 : load_qa_model(options_.model_dir, options_.tokenizer, options_.model, nullptr, options_.model_type);
+    const HfTokenizer tokenizer = HfTokenizer::load(options_.tokenizer);
+    tokenizer_sha256_ = tokenizer.digest();
     store_ = FeatureStore::open(options_.train_dir);
     check_shard_geometry(options_.train_dir, store_->manifest().params);
+    check_shard_tokenizer(options_.train_dir, store_->manifest(), tokenizer);
     const std::string v2_flag = train_option_field(options_, options_.postprocess.version_2_with_negative).flag();
     check_squad_version(v2_flag, options_.postprocess.version_2_with_negative, options_.train_dir, *store_);
     if (!options_.eval_dir.empty()) {
-      check_eval_shards(read_manifest(options_.eval_dir));  // before the shards are read: names the mismatch
+      check_eval_shards(read_manifest(options_.eval_dir), tokenizer);  // before the shards are read: names the mismatch
       eval_store_ = FeatureStore::open(options_.eval_dir);
       check_squad_version(v2_flag, options_.postprocess.version_2_with_negative, options_.eval_dir, *eval_store_);
     }
-    if (store_->manifest().vocab_size && store_->manifest().vocab_size != model().vocab_size())
-      throw InputError(describe(options_.train_dir, "",
-                                "prepared with a vocab of " + std::to_string(store_->manifest().vocab_size) +
-                                    " tokens, but the model has vocab_size " + std::to_string(model().vocab_size())));
-    const std::string& shards_vocab = store_->manifest().vocab_sha256;
-    if (!shards_vocab.empty() && sha256_file(options_.vocab) != shards_vocab)
-      throw InputError(describe(options_.vocab, "",
-                                "is not the vocabulary " + options_.train_dir + " was prepared with (" +
-                                    store_->manifest().vocab_path + "): token ids would mean other words"));
     if (!resume_from_.empty()) state_ = load_training_checkpoint_model(resume_from_, checkpoint_context(), model());
     set_up_step_graphs();
   });
   model().module().to(device_);
   model().module().train();
-  require_same_on_every_rank(run_description(options_, model().config_json()), train_option_labels(options_));
+  require_same_on_every_rank(run_description(options_, model().config_json(), tokenizer_sha256_), train_option_labels(options_));
 }
 
 void Trainer::set_up_schedule() {
@@ -208,7 +275,7 @@ void Trainer::set_up_step_graphs() {
 
 CheckpointContext Trainer::checkpoint_context() const {
   return {options_.output_dir,
-          options_.vocab,
+          options_.tokenizer,
           ranks_.rank,
           ranks_.size,
           ranks_.size > 1 ? options_.parallel.strategy : "ddp",

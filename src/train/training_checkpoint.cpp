@@ -16,6 +16,7 @@
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/model_registry.hpp"
 #include "mpibert/runtime/host_collectives.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 #include "mpibert/train/stop_signals.hpp"
 
 namespace fs = std::filesystem;
@@ -259,7 +260,7 @@ void save_training_checkpoint(const CheckpointContext& context, QuestionAnswerin
     });
     agree_on(ranks, [&] {
       if (ranks.root()) {
-        save_pretrained(model, staging.string(), context.vocab);
+        save_pretrained(model, staging.string(), context.tokenizer);
         if (!parallel.optimizer_state_is_sharded())
           write_safetensors((staging / kOptimizerFile).string(), parallel.optimizer_state());
         write_file_atomic((staging / "trainer_state.json").string(), state.to_json(model.config_json()).dump(2) + "\n");
@@ -469,9 +470,9 @@ TrainerState load_training_checkpoint_model(const std::string& dir, const Checkp
     throw InputError(describe(dir, "", "checkpoint of another model: " + type + " (this run: " + model.model_type() + ")"));
   if (std::string mismatch = model.shape_mismatch(saved, config_path); !mismatch.empty())
     throw InputError(describe(dir, "", "checkpoint of another model shape: " + mismatch));
-  if (!context.vocab.empty() && read_file_bytes(dir + "/vocab.txt") != read_file_bytes(context.vocab))
+  if (!context.tokenizer.empty() && HfTokenizer::load(dir).digest() != HfTokenizer::load(context.tokenizer).digest())
     throw InputError(describe(dir, "",
-                              "checkpoint trained with another vocab than " + context.vocab + " (its own is vocab.txt there)"));
+                              "checkpoint trained with another tokenizer than " + context.tokenizer + " (its own is there)"));
   model.load_state(SafetensorsFile::open(dir + "/model.safetensors"));
   return state;
 }

@@ -20,7 +20,7 @@ struct Counts {
   int64_t tokens, features, examples, contexts;
 };
 
-const char* const kStringAttributes[] = {"split", "input_sha256", "vocab_sha256", "tool_version"};
+const char* const kStringAttributes[] = {"split", "input_sha256", "tokenizer_sha256", "tool_version"};
 enum class Extent { tokens, features, examples, contexts, bytes, offsets };
 struct Dataset {
   const char* name;
@@ -49,7 +49,7 @@ const Dataset kDatasets[] = {
     {"/contexts/contexts.bytes", H5T_STD_U8LE, 1, Extent::bytes, 255},
     {"/contexts/contexts.offsets", H5T_STD_I64LE, 1, Extent::offsets, 0},
 };
-const hid_t kOtherTypes[] = {H5T_STD_U8LE, H5T_STD_I32LE, H5T_STD_I64LE, H5T_IEEE_F32LE, H5T_STD_U16BE};
+const hid_t kOtherTypes[] = {H5T_STD_U8LE, H5T_STD_I32LE, H5T_STD_I64LE, H5T_IEEE_F32LE, H5T_STD_U16BE, H5T_STD_U32LE};
 
 bool now_and_then(FuzzedDataProvider& input) { return input.ConsumeIntegralInRange(0, 15) == 0; }
 bool rarely(FuzzedDataProvider& input) { return input.ConsumeIntegralInRange(0, 63) == 0; }
@@ -70,7 +70,7 @@ void write_integer_attribute(hid_t file, hid_t space, FuzzedDataProvider& input,
 
 void write_attributes(hid_t file, FuzzedDataProvider& input, const Counts& counts, int64_t first_example) {
   const hid_t scalar = H5Screate(H5S_SCALAR);
-  const std::pair<const char*, int64_t> integers[] = {{"format_version", 1},
+  const std::pair<const char*, int64_t> integers[] = {{"format_version", 2},
                                                       {"max_seq_length", 384},
                                                       {"doc_stride", 128},
                                                       {"max_query_length", 0},

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "mpibert/text/tokenizer.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 namespace CLI {
 class App;
@@ -16,7 +16,7 @@ namespace mpibert {
 // `mpibert tokenize`: one JSON object per input line, {"tokens", "ids", "offsets"} for the text
 // alone (no special tokens); offsets are [begin, end) code points. Returns the exit status:
 // a line that is not UTF-8 is reported on `err` with its line number and gives 1.
-int tokenize_lines(const WordPieceTokenizer& tokenizer, std::istream& in, std::ostream& out, std::ostream& err);
+int tokenize_lines(const HfTokenizer& tokenizer, std::istream& in, std::ostream& out, std::ostream& err);
 
 // `mpibert score --dataset F --predictions P [--na-prob-file N] [--na-prob-thresh T] [--out-file O]`:
 // prints to `out` and `err` exactly what the official script for the dataset's version prints

@@ -64,10 +64,11 @@ struct Batch {
   Batch to(const torch::Device& device) const;
 };
 
+// Padding and fillers take the id of the tokenizer's padding token (the store's manifest).
 // `pin_memory`: host tensors in page-locked memory, for asynchronous copies to a GPU (needs one).
 // `buckets` (packed only): padded to a bucket where one applies.
-Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding,
-                 int64_t pad_token_id = 0, bool pin_memory = false, const TokenBuckets* buckets = nullptr);
+Batch make_batch(const FeatureStore& store, const std::vector<int64_t>& feature_indices, Padding padding, bool pin_memory = false,
+                 const TokenBuckets* buckets = nullptr);
 
 // The micro-batches of one epoch's feature order, from micro-batch `first` on, `batch_size`
 // features each (the last may be shorter), delivered on `device`. Each batch is made on a helper

@@ -12,13 +12,13 @@
 #include "mpibert/data/features.hpp"
 #include "mpibert/data/shards.hpp"
 #include "mpibert/data/squad.hpp"
-#include "mpibert/text/tokenizer.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 namespace mpibert {
 
 // The shard of examples [first, first + count) of `data`: features made with header.params,
 // example records, and `header` completed with the example range and the feature count.
-Shard build_shard(const SquadDataset& data, int64_t first_example, int64_t num_examples, const WordPieceTokenizer& tokenizer,
+Shard build_shard(const SquadDataset& data, int64_t first_example, int64_t num_examples, const HfTokenizer& tokenizer,
                   ShardHeader header);
 
 // Contiguous article ranges [first, first + count) per part, balanced by ArticleRange::cost.

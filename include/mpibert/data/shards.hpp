@@ -11,14 +11,16 @@
 
 namespace mpibert {
 
-inline constexpr int32_t kShardFormatVersion = 1;
+// 2: the tokenizer's digest (tokenizer_sha256) where 1 had vocab.txt's hash; input ids stored as
+// uint32 where a vocabulary has more than 65,536 tokens.
+inline constexpr int32_t kShardFormatVersion = 2;
 
 // Stored as attributes on the root group of every shard, and in the manifest.
 struct ShardHeader {
   int32_t format_version = kShardFormatVersion;
   std::string split;  // "train" or "eval"
   FeatureParams params;
-  std::string input_sha256, vocab_sha256, tool_version;
+  std::string input_sha256, tokenizer_sha256, tool_version;
   int32_t shard_index = 0, num_shards = 1;
   int64_t first_example = 0, num_examples = 0;  // the global example range held by this shard
   int64_t num_features = 0;
@@ -61,8 +63,12 @@ struct Manifest {
   std::string tool_version;
   std::string split;
   FeatureParams params;
-  std::string input_path, input_sha256, vocab_path, vocab_sha256;
+  std::string input_path, input_sha256;
+  // The tokenizer the features were made with (HfTokenizer): where it was read from, its digest
+  // and kind, its vocabulary size and padding id, the type id of the context's tokens.
+  std::string tokenizer_path, tokenizer_sha256, tokenizer_kind;
   int64_t vocab_size = 0;
+  int32_t pad_id = 0, context_type_id = 1;
   int64_t num_examples = 0, num_features = 0;
   std::vector<ShardEntry> shards;
 };
@@ -77,7 +83,7 @@ void check_matches_manifest(const std::string& path, const ShardHeader& header, 
 
 // One feature, viewed in place.
 struct FeatureView {
-  const uint16_t* input_ids;
+  const uint32_t* input_ids;
   const int32_t* offsets;  // 2 per token
   int32_t length, context_start;
   int64_t example_index;

@@ -2,6 +2,8 @@
 // record (JSON path and question id) and what is wrong.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,5 +50,12 @@ SquadDataset single_question(const std::string& origin, const std::string& id, c
 // and matching the answer text, is_impossible consistent with answers.
 SquadDataset read_squad(const std::string& path);
 SquadDataset parse_squad(const std::string& path, const std::string& json_text);
+// The same checks on a document already parsed (squad_input.hpp reads the other layouts).
+SquadDataset squad_from_json(const std::string& path, const nlohmann::json& root);
+
+// Hex SHA-256 of what was read, not of the files that carried it: articles (title, paragraph and
+// question counts), contexts, and each question's id, question, paragraph and answers, in order.
+// The same articles in any format have the same digest (mpibert-prep records it as the shards' input_sha256).
+std::string squad_content_sha256(const SquadDataset& data);
 
 }  // namespace mpibert

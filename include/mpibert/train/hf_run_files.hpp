@@ -37,8 +37,8 @@ nlohmann::json hf_log_history(const std::string& metrics_jsonl, int64_t logging_
 void write_hf_run_files(const std::string& run_dir, const nlohmann::ordered_json& results, const HfTrainerState& state,
                         const nlohmann::json& log_history);
 
-// Makes `run_dir` an HF model directory: its config.json, model.safetensors, vocab.txt and
-// tokenizer_config.json become the final checkpoint's (hard links, a copy where the file system
+// Makes `run_dir` an HF model directory: its config.json, model.safetensors and tokenizer files
+// become the final checkpoint's (hard links, a copy where the file system
 // has none; each replaced atomically).
 void publish_final_model(const std::string& run_dir, const std::string& checkpoint_dir);
 

@@ -1,6 +1,7 @@
-// What a training run records, written by rank 0 into the run directory: TensorBoard scalars
-// (RUN/tensorboard/), one JSON line per step and per evaluation (RUN/metrics.jsonl, appended to on
-// resume; the last line of a step wins) and RUN/results.json at the end.
+// What a training run records, written by rank 0 into the run directory: one JSON line per step
+// and per evaluation (RUN/metrics.jsonl, appended to on resume; the last line of a step wins), each
+// also handed to the trackers of --report-to (TensorBoard's events, MLflow, W&B: train/reporting.hpp),
+// and RUN/results.json at the end.
 //
 // A step's loss and gradient norm stay on the device until flush(): reading them earlier would
 // make the host wait for the GPU every step. The trainer flushes at logging steps, before
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "mpibert/eval/evaluate.hpp"
-#include "mpibert/train/tensorboard.hpp"
+#include "mpibert/report/tracker.hpp"
 #include "mpibert/train/train_options.hpp"
 
 namespace mpibert {
@@ -46,16 +47,10 @@ struct LoggedStep {
 
 class RunLog {
  public:
-  // `writer`: this rank writes the files (rank 0); others only take part in flush(). Without
-  // `tensorboard` (--report-to none) no events file is written. `device`: where every step's
-  // losses and norm live (the parameters' device), so that a flush reads them in one copy.
-  RunLog(const std::string& output_dir, bool writer, int world_size, bool tensorboard = true, torch::Device device = torch::kCPU);
-
-  // The run's options for TensorBoard: as text under "args" (HF's TensorBoardCallback writes its
-  // TrainingArguments so) and as the hparams plugin's hyperparameters.
-  // `model_type` and `architecture`: the model the run trains (config.json's, whether or not
-  // --model-type named it), so that the hparams name the family.
-  void add_options(const TrainOptions& options, const std::string& model_type, const std::string& architecture);
+  // `writer`: this rank writes the files (rank 0) and reports to `trackers`; others only take part
+  // in flush() (their trackers are none). `device`: where every step's losses and norm live (the
+  // parameters' device), so that a flush reads them in one copy.
+  RunLog(const std::string& output_dir, bool writer, int world_size, Trackers trackers = {}, torch::Device device = torch::kCPU);
 
   // Keeps the step until the next flush(). `step_time` and `samples_per_second` are the host's view,
   // exact on a CPU and at flushes on a GPU (flush() waits for the device). A loss or norm that is
@@ -67,19 +62,21 @@ class RunLog {
   std::vector<LoggedStep> flush_steps();
   // `epoch`: epochs done at `step` (fractional), as the training lines and HF's log_history give it.
   void add_evaluation(int64_t step, double epoch, const EvalResult& result);
-  // Makes the TensorBoard events visible to a running TensorBoard.
-  void flush_tensorboard();
+  // Makes what the trackers hold locally visible (TensorBoard's events to a running TensorBoard).
+  void flush_trackers();
   void write_results(const nlohmann::ordered_json& results) const;
+  // The trackers' end (bounded waits); their sentences on what they could not send.
+  std::vector<std::string> finish_trackers(const nlohmann::ordered_json& results, RunEnd end);
+  const Trackers& trackers() const { return trackers_; }
 
  private:
-  void write_metrics_line(const nlohmann::ordered_json& line);
-  void scalar(const std::string& tag, double value, int64_t step);
+  void write_metrics_line(const nlohmann::ordered_json& line, MetricRecord::Kind kind);
 
   std::string output_dir_;
   bool writer_;
   int world_size_;
   torch::Device device_;
-  std::optional<TensorBoardWriter> tensorboard_;
+  Trackers trackers_;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics_{nullptr, &std::fclose};
   struct Pending {
     StepRecord record;
@@ -95,6 +92,8 @@ nlohmann::ordered_json eval_metrics_as_hf(const EvalResult& result, int world_si
 // "mpibert 0.1.0 (git COMMIT)": `mpibert --version`, from CMake's project version and the commit
 // the build was configured at.
 std::string mpibert_version_text();
+// The git commit the build was configured at ("unknown" outside a checkout).
+std::string mpibert_git_commit();
 
 // results.json's "environment": host, ranks, devices (device.hpp), CPU, LibTorch, MPI, HDF5 and
 // NCCL versions, SLURM job, git commit.

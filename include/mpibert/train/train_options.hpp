@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -39,17 +40,13 @@ inline const char* interval_strategy_name(IntervalStrategy value) {
   return "?";
 }
 
-// HF's --report_to, of the integrations this build has: TensorBoard, or none.
-enum class ReportTo { kTensorBoard, kNone };
-inline const char* report_to_name(ReportTo value) { return value == ReportTo::kTensorBoard ? "tensorboard" : "none"; }
-
 struct TrainOptions {
   std::string train_dir, eval_dir;    // prepared shard directories (mpibert-prep)
   std::string output_dir;             // the run directory
   std::string model_dir;              // HF model directory to start from; empty: random init
   std::string model_config;           // config.json for random init (when model_dir is empty)
   std::string model_type;             // HF's model_type to build ("bert", "distilbert"); empty: config.json's
-  std::string vocab;                  // vocab.txt, copied into checkpoints
+  std::string tokenizer;              // the run's tokenizer (HfTokenizer::load: a vocab.txt too), copied into checkpoints
   std::string resume;                 // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
   bool overwrite_output_dir = false;  // replace an earlier run in output_dir (option_checks.hpp)
   std::string config_record;          // written as output_dir/train_config.toml once setup succeeded
@@ -81,7 +78,10 @@ struct TrainOptions {
   // When to evaluate and checkpoint during training (HF's eval_strategy, save_strategy). The end of
   // training always evaluates (with --eval-shards) and saves, as run_qa's do_eval and save_model.
   IntervalStrategy eval_strategy = IntervalStrategy::kSteps, save_strategy = IntervalStrategy::kSteps;
-  ReportTo report_to = ReportTo::kTensorBoard;
+  // HF's --report_to: the trackers, as given (report/report_to.hpp reads them), and HF's run_name
+  // for them ("": the run directory's name).
+  std::vector<std::string> report_to = {"tensorboard"};
+  std::string run_name;
   int64_t dataloader_num_workers = 0;  // accepted for HF command lines: batches are read in-process
   PostprocessOptions postprocess;
   ModelOptions model;
@@ -132,7 +132,7 @@ void for_each_train_option(Options& o, Visit&& visit) {
   visit(F{"model", "--model,--model_name_or_path", kDescribed}, o.model_dir);
   visit(F{"model_config", "--model-config", kLocal}, o.model_config);  // described by its content
   visit(F{"model_type", "--model-type", kDescribed}, o.model_type);
-  visit(F{"vocab", "--vocab", kLocal}, o.vocab);  // described by its digest
+  visit(F{"tokenizer", "--tokenizer,--vocab", kLocal}, o.tokenizer);  // described by its digest
   visit(F{"resume", "--resume,--resume_from_checkpoint", kDescribed}, o.resume);
   visit(F{"overwrite_output_dir", "--overwrite-output-dir,--overwrite_output_dir", kDescribed}, o.overwrite_output_dir);
   // Each rank checks its shards against these (the ranks agree on failures); the shards are described.
@@ -168,7 +168,8 @@ void for_each_train_option(Options& o, Visit&& visit) {
         o.postprocess.null_score_diff_threshold);
   visit(F{"version_2_with_negative", "--version-2-with-negative,--version_2_with_negative", kDescribed},
         o.postprocess.version_2_with_negative);
-  visit(F{"report_to", "--report-to,--report_to", kLocal}, o.report_to);  // rank 0 alone writes events, other ranks none
+  visit(F{"report_to", "--report-to,--report_to", kLocal}, o.report_to);  // rank 0 alone reports, other ranks nothing
+  visit(F{"run_name", "--run-name,--run_name", kLocal}, o.run_name);      // rank 0's trackers alone name the run
   visit(F{"dataloader_num_workers", "--dataloader-num-workers,--dataloader_num_workers", kLocal},  // accepted, unused
         o.dataloader_num_workers);
   visit(F{"device", "--device", kBoth}, o.device);  // results.json: the device it resolved to
@@ -218,7 +219,6 @@ inline const char* option_name(MpiAlgorithm value) { return mpi_algorithm_name(v
 inline const char* option_name(EmbeddingExchange value) { return embedding_exchange_name(value); }
 inline const char* option_name(CommDtype value) { return comm_dtype_name(value); }
 inline const char* option_name(IntervalStrategy value) { return interval_strategy_name(value); }
-inline const char* option_name(ReportTo value) { return report_to_name(value); }
 
 // A field's value as the records show it: enums by their names.
 template <class T>

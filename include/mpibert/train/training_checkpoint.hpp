@@ -56,10 +56,10 @@ nlohmann::ordered_json lr_scheduler_record(const LrScheduleParams& params);
 // --max-steps may.
 void check_checkpoint_schedule(const std::string& dir, const TrainerState& saved, const nlohmann::ordered_json& schedule);
 
-// What the checkpoint must match: the run's ranks, strategy, model shape and vocab.
+// What the checkpoint must match: the run's ranks, strategy, model shape and tokenizer.
 struct CheckpointContext {
   std::string output_dir;  // the run directory, shared by the ranks
-  std::string vocab;       // vocab.txt, copied in and compared on resume ("" skips both)
+  std::string tokenizer;   // the tokenizer's path (HfTokenizer::load): its files copied in, compared on resume ("" skips both)
   int rank = 0, world_size = 1;
   std::string strategy = "ddp";
   int64_t save_total_limit = 0;     // checkpoints kept (0: all)

@@ -1,0 +1,101 @@
+// Internal: the components a tokenizer.json composes (HF tokenizers' pipeline): normalizers,
+// pre-tokenizers, a model, a post-processor, each built from its JSON object by the reader
+// (tokenizer_json.cpp). A text is cut into splits as HF's PreTokenizedString holds them: each a
+// NormalizedText, tokenized already (an added token) or not yet.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mpibert/text/normalized_text.hpp"
+#include "mpibert/text/regex.hpp"
+#include "mpibert/text/tokenized_text.hpp"
+
+namespace mpibert::tokenizer_parts {
+
+// A model's token: its id, its string, [begin, end) code points of the split it came from.
+// Token ids index the model's embedding table: a vocabulary larger than this is not a model's (the
+// largest today have about 256k tokens), and a larger id in a file is refused rather than allocated.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
+struct Token {
+  int32_t id;
+  std::string value;
+  size_t begin, end;
+};
+
+struct Split {
+  NormalizedText text;
+  std::optional<std::vector<Token>> tokens;
+};
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual void normalize(NormalizedText& text) const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Cuts the splits not tokenized yet further (and may change their text, as ByteLevel does).
+  virtual void pre_tokenize(std::vector<Split>& splits) const = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // The tokens of one pre-tokenized word (its normalized text).
+  virtual std::vector<Token> tokenize(const std::u32string& word) const = 0;
+  virtual std::optional<int32_t> token_to_id(const std::string& token) const = 0;
+  virtual std::optional<std::string> id_to_token(int32_t id) const = 0;
+  virtual size_t vocab_size() const = 0;
+  virtual std::string kind() const = 0;  // "WordPiece", "BPE", ...
+};
+
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  // What it does to each sequence's tokens, special tokens added or not (offset trimming).
+  virtual void process_sequence(TokenizedText& sequence) const {}
+  // The special tokens and type ids around one sequence and around two.
+  virtual SequenceTemplate single() const { return {}; }
+  virtual SequenceTemplate pair() const { return {}; }
+};
+
+// Where in tokenizer.json a component is, for messages: "tokenizer.json: normalizer.normalizers[2]".
+struct Where {
+  std::string file;
+  std::string path;
+  Where at(const std::string& key) const { return {file, path.empty() ? key : path + "." + key}; }
+  Where at(size_t index) const { return {file, path + "[" + std::to_string(index) + "]"}; }
+};
+
+// The reader's parts, one per component family (each refuses a type it does not know by name).
+std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& json, const Where& where);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& json, const Where& where);
+std::unique_ptr<Model> make_model(const nlohmann::json& json, const Where& where);
+std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& json, const Where& where, const Model& model);
+
+// HF's SplitDelimiterBehavior, and a split of a text by where a pattern matched.
+enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+Behavior behavior_of(const nlohmann::json& json, const Where& where);
+// [(begin, end), matched] covering `text`, as HF's Pattern::find_matches gives them.
+using Matches = std::vector<std::pair<std::pair<size_t, size_t>, bool>>;
+Matches find_matches(const Regex& regex, const std::u32string& text);
+Matches find_matches(bool (*is)(char32_t), const std::u32string& text);
+Matches invert(Matches matches);
+std::vector<NormalizedText> split(const NormalizedText& text, const Matches& matches, Behavior behavior);
+
+// A JSON field read with its type checked, or an InputError naming `where` and the key.
+const nlohmann::json& field(const nlohmann::json& json, const Where& where, const char* key);
+std::string string_field(const nlohmann::json& json, const Where& where, const char* key);
+bool bool_field(const nlohmann::json& json, const Where& where, const char* key, bool otherwise);
+[[noreturn]] void refuse(const Where& where, const std::string& problem);
+
+}  // namespace mpibert::tokenizer_parts

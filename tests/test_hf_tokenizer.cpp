@@ -1,0 +1,198 @@
+// The tokenizer part against HF's fast tokenizers: for each tokenizer of tests/fixtures/tokenizers
+// (made by HF's tokenizers and transformers, make_tokenizers.py), the ids, tokens and offsets of
+// the bundled dev set's contexts and questions and of the edge cases equal what
+// AutoTokenizer.from_pretrained(dir)(text, add_special_tokens=False) gave; read from tokenizer.json
+// and from the slow tokenizer's files alone (converted as transformers converts them).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "mpibert/core/error.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpibert {
+namespace {
+
+std::string fixture(const std::string& name) { return test::fixtures_dir() + "/tokenizers/" + name; }
+
+// The first line whose encoding differs, described; "" when every line agrees. Counts the texts.
+std::string first_difference(const HfTokenizer& tokenizer, const std::string& name, size_t& texts) {
+  texts = 0;
+  for (const std::string& line : test::read_lines(fixture(name) + "/encodings.jsonl.gz")) {
+    const nlohmann::json expected = nlohmann::json::parse(line);
+    const std::string text = expected["text"].get<std::string>();
+    const TokenizedText got = tokenizer.encode(text);
+    std::vector<std::array<int32_t, 2>> offsets;
+    for (const Span& span : got.offsets) offsets.push_back({span.begin, span.end});
+    const bool same = expected["ids"] == nlohmann::json(got.ids) && expected["tokens"] == nlohmann::json(got.tokens) &&
+                      expected["offsets"] == nlohmann::json(offsets);
+    if (!same)
+      return "text " + std::to_string(texts) + " " + nlohmann::json(text).dump().substr(0, 200) +
+             "\n  HF:   " + expected["tokens"].dump().substr(0, 400) + " " + expected["offsets"].dump().substr(0, 400) +
+             "\n  ours: " + nlohmann::json(got.tokens).dump().substr(0, 400) + " " +
+             nlohmann::json(offsets).dump().substr(0, 400);
+    ++texts;
+  }
+  return "";
+}
+
+// A copy of the fixture's directory with only the slow tokenizer's files and the configuration.
+std::string slow_copy(const test::TempDir& dir, const std::string& name, const std::vector<std::string>& files) {
+  for (const std::string& file : files) fs::copy_file(fixture(name) + "/" + file, dir.file(file));
+  for (const char* config : {"tokenizer_config.json", "special_tokens_map.json"})
+    if (fs::exists(fixture(name) + "/" + config)) fs::copy_file(fixture(name) + "/" + config, dir.file(config));
+  return dir.path();
+}
+
+std::string test_name(const char* name) {
+  std::string out = name;
+  for (char& c : out)
+    if (c == '-') c = '_';
+  return out;
+}
+
+class FromTokenizerJson : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FromTokenizerJson, AsHfFastTokenizer) {
+  const HfTokenizer tokenizer = HfTokenizer::load(fixture(GetParam()));
+  size_t texts = 0;
+  EXPECT_EQ(first_difference(tokenizer, GetParam(), texts), "");
+  EXPECT_GT(texts, 700u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hub, FromTokenizerJson,
+                         ::testing::Values("wordpiece-uncased", "wordpiece-cased", "roberta", "modernbert", "deberta-v3",
+                                           "xlm-roberta"),
+                         [](const auto& info) { return test_name(info.param); });
+
+struct Case {
+  const char* name;
+  std::vector<std::string> slow_files;
+};
+
+class FromSlowFiles : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FromSlowFiles, AsTransformersConvertsThem) {
+  test::TempDir dir;
+  const HfTokenizer slow = HfTokenizer::load(slow_copy(dir, GetParam().name, GetParam().slow_files));
+  size_t texts = 0;
+  EXPECT_EQ(first_difference(slow, GetParam().name, texts), "");
+  EXPECT_GT(texts, 700u);
+  // The same tokenizer: shards made from either are accepted with the other.
+  EXPECT_EQ(slow.digest(), HfTokenizer::load(fixture(GetParam().name)).digest());
+}
+
+INSTANTIATE_TEST_SUITE_P(Hub, FromSlowFiles,
+                         ::testing::Values(Case{"wordpiece-uncased", {"vocab.txt"}}, Case{"wordpiece-cased", {"vocab.txt"}},
+                                           Case{"roberta", {"vocab.json", "merges.txt"}}, Case{"deberta-v3", {"spm.model"}},
+                                           Case{"xlm-roberta", {"sentencepiece.bpe.model"}}),
+                         [](const auto& info) { return test_name(info.param.name); });
+
+// --vocab's shortcut (a vocab.txt alone, as BertTokenizerFast(vocab_file)) is bert-base-uncased's
+// tokenizer: shards prepared with it train with the model directory's tokenizer.json.
+TEST(VocabShortcut, IsTheUncasedModelsTokenizer) {
+  EXPECT_EQ(HfTokenizer::load(fixture("wordpiece-uncased") + "/vocab.txt").digest(),
+            HfTokenizer::load(fixture("wordpiece-uncased")).digest());
+  EXPECT_NE(HfTokenizer::load(fixture("wordpiece-cased") + "/vocab.txt").digest(),
+            HfTokenizer::load(fixture("wordpiece-cased")).digest());  // the shortcut lower-cases
+}
+
+// A run directory's tokenizer files load as the same tokenizer they were copied from.
+TEST(SavedTokenizer, LoadsAsTheOneItWasSavedFrom) {
+  for (const char* name : {"roberta", "deberta-v3", "modernbert"}) {
+    test::TempDir dir;
+    save_tokenizer_files(fixture(name), dir.file("run"));
+    EXPECT_EQ(HfTokenizer::load(dir.file("run")).digest(), HfTokenizer::load(fixture(name)).digest()) << name;
+  }
+  test::TempDir dir;
+  save_tokenizer_files(fixture("wordpiece-uncased") + "/vocab.txt", dir.file("run"));
+  EXPECT_EQ(HfTokenizer::load(dir.file("run")).digest(), HfTokenizer::load(fixture("wordpiece-uncased")).digest());
+  EXPECT_TRUE(fs::exists(dir.file("run/tokenizer_config.json")));
+}
+
+// Bad tokenizer files: an InputError naming the file, where in it, and what is wrong.
+std::string error_loading(const test::TempDir& dir, const std::string& name, const std::string& content) {
+  test::write_text(dir.file(name), content);
+  return test::error_of([&] { HfTokenizer::load(dir.file(name)); });
+}
+
+nlohmann::json small_tokenizer() {
+  return nlohmann::json::parse(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1}},
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]},
+    "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "added_tokens": []})");
+}
+
+TEST(TokenizerErrors, UnknownComponentsAreRefusedByName) {
+  test::TempDir dir;
+  EXPECT_EQ(test::error_of([&] { HfTokenizer::from_json(small_tokenizer(), "t.json").encode("A a"); }), "<no error>");
+  nlohmann::json json = small_tokenizer();
+  json["model"]["type"] = "Rwkv";
+  std::string message = error_loading(dir, "tokenizer.json", json.dump());
+  EXPECT_NE(message.find(dir.file("tokenizer.json") + ": model: model type \"Rwkv\" is not one mpibert implements"),
+            std::string::npos)
+      << message;
+  json = small_tokenizer();
+  json["normalizer"]["normalizers"][1]["type"] = "Nmt";
+  message = error_loading(dir, "tokenizer.json", json.dump());
+  EXPECT_NE(message.find("normalizer.normalizers[1]: normalizer type \"Nmt\" is not one"), std::string::npos) << message;
+  json = small_tokenizer();
+  json["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  message = error_loading(dir, "tokenizer.json", json.dump());
+  EXPECT_NE(message.find("pre_tokenizer: pre-tokenizer type \"UnicodeScripts\" is not one"), std::string::npos) << message;
+  message = error_loading(dir, "tokenizer.json", "{\"model\": ");
+  EXPECT_NE(message.find(dir.file("tokenizer.json") + ": is not JSON"), std::string::npos) << message;
+}
+
+// The size that bounds ids (an embedding table's rows) is the largest id + 1, gaps included; an id
+// no model's table could have is refused by name rather than allocated.
+TEST(TokenizerErrors, IdsBoundTheVocabularyAndAnImpossibleIdIsRefused) {
+  test::TempDir dir;
+  nlohmann::json json = small_tokenizer();
+  json["model"]["vocab"]["a"] = 7;
+  const HfTokenizer gaps = HfTokenizer::from_json(json, "t.json");
+  EXPECT_EQ(gaps.vocab_size(), 8u);
+  EXPECT_EQ(gaps.encode("a").ids, std::vector<int32_t>{7});
+  json["model"]["vocab"]["a"] = int64_t{1} << 24;
+  const std::string message = error_loading(dir, "tokenizer.json", json.dump());
+  EXPECT_NE(message.find("model.vocab: \"a\": the id must be a whole number from 0 to 16777215"), std::string::npos) << message;
+}
+
+TEST(TokenizerErrors, BadSlowFilesAreNamed) {
+  test::TempDir dir;
+  test::write_text(dir.file("vocab.json"), R"({"<s>": 0, "</s>": 1, "a": 2, "b": 3, "ab": 4})");
+  test::write_text(dir.file("merges.txt"), "#version: 0.2\na b\na b c\n");
+  std::string message = test::error_of([&] { HfTokenizer::load(dir.path()); });
+  EXPECT_NE(message.find(dir.file("merges.txt") + ": line 3: is not a merge"), std::string::npos) << message;
+  test::TempDir latin1;
+  test::write_text(latin1.file("vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\ncaf\xe9\n");
+  message = test::error_of([&] { HfTokenizer::load(latin1.path()); });
+  EXPECT_NE(message.find(latin1.file("vocab.txt") + ": line 5: is not UTF-8: invalid UTF-8 at byte 3"), std::string::npos)
+      << message;
+  test::write_text(dir.file("merges.txt"), "#version: 0.2\na \xff\n");
+  message = test::error_of([&] { HfTokenizer::load(dir.path()); });
+  EXPECT_NE(message.find(dir.file("merges.txt") + ": line 2: is not UTF-8"), std::string::npos) << message;
+  test::TempDir spm;
+  test::write_text(spm.file("spm.model"), "not a protobuf \xff\xff\xff");
+  message = test::error_of([&] { HfTokenizer::load(spm.path()); });
+  EXPECT_NE(message.find(spm.file("spm.model") + ": is not a SentencePiece model"), std::string::npos) << message;
+  test::TempDir none;
+  test::write_text(none.file("tokenizer_config.json"), R"({"tokenizer_class": "GPT2Tokenizer"})");
+  message = test::error_of([&] { HfTokenizer::load(none.path()); });
+  EXPECT_NE(message.find("tokenizer_class \"GPT2Tokenizer\""), std::string::npos) << message;
+  test::TempDir empty;
+  message = test::error_of([&] { HfTokenizer::load(empty.path()); });
+  EXPECT_NE(message.find(empty.path() + ": no tokenizer files"), std::string::npos) << message;
+}
+
+TEST(TokenizerErrors, TextThatIsNotUtf8IsAnInputError) {
+  const HfTokenizer tokenizer = HfTokenizer::load(fixture("roberta"));
+  EXPECT_NE(test::error_of([&] { tokenizer.encode("ab\xff"); }).find("byte 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mpibert
