@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <set>
 #include <unordered_set>
 
@@ -361,14 +362,21 @@ TEST(FamilyDirectories, TransformersLoadsWhatMpibertSaves) {
 }
 
 // configs/small-<model_type>.json, the small config of every family mpibert trains (for runs and
-// the main job's --model-config), builds that family at the shards' vocabulary.
+// the main job's --model-config), builds that family at the vocabulary of the Hub tokenizer its
+// base checkpoint ships (bert-base-uncased's for BERT, DistilBERT and ELECTRA, roberta-base's,
+// xlm-roberta-base's, deberta-v3-base's, ModernBERT-base's), so that it trains on shards that
+// tokenizer prepared.
 TEST(FamilyRegistry, EveryFamilyHasItsSmallConfig) {
+  const std::map<std::string, int64_t> hub_vocab_sizes = {{"bert", 30522},      {"distilbert", 30522},   {"electra", 30522},
+                                                          {"roberta", 50265},   {"xlm-roberta", 250002}, {"deberta-v2", 128100},
+                                                          {"modernbert", 50368}};
   for (const std::string& type : qa_model_types()) {
     const std::string path = std::string(MPIBERT_TESTS_SOURCE_DIR) + "/../configs/small-" + type + ".json";
     ASSERT_TRUE(std::filesystem::exists(path)) << path;
+    ASSERT_TRUE(hub_vocab_sizes.count(type)) << "no Hub vocabulary size known for " << type;
     const QAModelPtr model = make_qa_model_from_file(path, {});
     EXPECT_EQ(model->model_type(), type) << path;
-    EXPECT_EQ(model->vocab_size(), 30522) << path;
+    EXPECT_EQ(model->vocab_size(), hub_vocab_sizes.at(type)) << path;
   }
 }
 
@@ -377,6 +385,13 @@ TEST(FamilyRegistry, ModelTypePicksEachFamily) {
     const QAModelPtr model = make_qa_model(fixture_config(family), "config.json", {});
     EXPECT_EQ(model->model_type(), family.model_type);
     EXPECT_EQ(model->config_json()["model_type"], family.model_type);
+    // Read without building (fuzz_model_config's path): the config the model keeps, and a bad
+    // key refused by name.
+    EXPECT_EQ(read_qa_model_config(fixture_config(family), "config.json"), model->config_json());
+    nlohmann::json bad = fixture_config(family);
+    bad["num_hidden_layers"] = "two";
+    EXPECT_NE(test::error_of([&] { read_qa_model_config(bad, "config.json"); }).find("config.json"), std::string::npos);
+    EXPECT_NE(test::error_of([&] { read_qa_model_config(bad, "config.json"); }).find("num_hidden_layers"), std::string::npos);
     const QAModelPtr preset = make_qa_model_preset(family.model_type, "small", {});
     EXPECT_EQ(preset->architecture(), family.architecture);
     const auto types = qa_model_types();
