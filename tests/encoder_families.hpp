@@ -49,6 +49,8 @@ inline const std::vector<EncoderFamily>& encoder_families() {
       {"roberta", "roberta", "RobertaForQuestionAnswering", bert_like, "roberta"},
       {"xlm-roberta", "xlm-roberta", "XLMRobertaForQuestionAnswering", bert_like, "xlm-roberta"},
       {"electra", "electra", "ElectraForQuestionAnswering", bert_like, "wordpiece-uncased"},
+      {"deberta-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like, "deberta-v3"},
+      {"deberta-v2", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like, "deberta-v3"},
   };
   return table;
 }

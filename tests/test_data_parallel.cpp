@@ -620,8 +620,9 @@ INSTANTIATE_TEST_SUITE_P(Strategies, DistilBertStrategies,
                          ::testing::ValuesIn(strategies_where([](const StrategyRow&) { return true; })), strategy_test_name);
 
 // Every family of tests/encoder_families.hpp through every strategy, as DistilBERT's above: three
-// accumulated steps of each end where dense ddp's do (the families' own units: ELECTRA's
-// projection, DeBERTa's relative embeddings, ModernBERT's final norm and head transform).
+// accumulated steps of each, with and without activation checkpointing, end where dense ddp's do
+// (the families' own units: ELECTRA's projection, DeBERTa's relative embeddings that every layer
+// takes, ModernBERT's final norm and head transform).
 class FamilyStrategies : public ::testing::TestWithParam<std::tuple<test::EncoderFamily, std::string>> {
  protected:
   void SetUp() override {
@@ -636,9 +637,11 @@ TEST_P(FamilyStrategies, EndWhereDenseDdpEnds) {
   const auto& [family, strategy] = GetParam();
   const nlohmann::json config = family.config(0.0);
   const int64_t vocab = config["vocab_size"];
-  auto run = [&](const std::string& name, EmbeddingExchange exchange) {
+  auto run = [&](const std::string& name, EmbeddingExchange exchange, bool checkpointing) {
     torch::manual_seed(1);
-    QAModelPtr model = make_qa_model(config, family.file("config.json"), {});
+    ModelOptions model_options;
+    model_options.gradient_checkpointing = checkpointing;
+    QAModelPtr model = make_qa_model(config, family.file("config.json"), model_options);
     DataParallelOptions options = options_for(name, 4096, 16384);
     options.embedding_exchange = exchange;
     const auto parallel = make_data_parallel(model->description(), communicator_, adam_with_decay(), options);
@@ -663,11 +666,15 @@ TEST_P(FamilyStrategies, EndWhereDenseDdpEnds) {
     for (const auto& item : model->module().named_parameters()) copies.emplace_back(item.key(), item.value().detach().clone());
     return copies;
   };
-  const auto ddp = run("ddp", EmbeddingExchange::kDense), mine = run(strategy, EmbeddingExchange::kSparse);
+  const auto ddp = run("ddp", EmbeddingExchange::kDense, false);
   const int64_t layers = config.value("num_hidden_layers", int64_t{0});
-  for (size_t k = 0; k < mine.size(); ++k) {
-    if (test::has_zero_true_gradient(mine[k].first, layers)) continue;
-    EXPECT_TRUE(torch::allclose(mine[k].second, ddp[k].second, 1e-4, 1e-5)) << mine[k].first;
+  for (const bool checkpointing : {false, true}) {
+    const auto mine = run(strategy, EmbeddingExchange::kSparse, checkpointing);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      if (test::has_zero_true_gradient(mine[k].first, layers)) continue;
+      EXPECT_TRUE(torch::allclose(mine[k].second, ddp[k].second, 1e-4, 1e-5))
+          << mine[k].first << (checkpointing ? " checkpointed" : "");
+    }
   }
 }
 

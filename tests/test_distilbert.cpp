@@ -338,9 +338,10 @@ TEST(ModelRegistry, ModelTypePicksTheModel) {
   gpt2["model_type"] = "gpt2";
   EXPECT_NE(test::error_of([&] {
               make_qa_model(gpt2, "config.json", {});
-            }).find("\"gpt2\" is not a model mpibert trains (bert, distilbert, electra, roberta, xlm-roberta)"),
+            }).find("\"gpt2\" is not a model mpibert trains (bert, deberta-v2, distilbert, electra, roberta, xlm-roberta)"),
             std::string::npos);
-  EXPECT_EQ(qa_model_types(), (std::vector<std::string>{"bert", "distilbert", "electra", "roberta", "xlm-roberta"}));
+  EXPECT_EQ(qa_model_types(),
+            (std::vector<std::string>{"bert", "deberta-v2", "distilbert", "electra", "roberta", "xlm-roberta"}));
   EXPECT_EQ(make_qa_model_preset("distilbert", "small", {})->vocab_size(), 30522);
 }
 

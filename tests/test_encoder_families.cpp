@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <set>
 #include <unordered_set>
 
@@ -211,12 +212,15 @@ TEST_P(FamilyParity, ReplaysTheHuggingFaceRun) {
             << "\n";
 }
 
-// bf16 and fp16 autocast on the CPU against HF's float32: logits within 1e-2, every gradient
-// within 2% (relative L2 over the model), the bounds of the BERT fixture's bf16 test.
+// bf16 and fp16 autocast on the CPU against HF's float32: logits within 1e-2 (or within 1.5 x
+// what HF's own autocast moves them, where that is more: ModernBERT's logits are ten times BERT's,
+// its classifier starting at hidden_size^-1/2), every gradient within 2% (relative L2 over the
+// model), the bounds of the BERT fixture's bf16 test.
 TEST_P(FamilyParity, ReducedPrecisionStaysCloseToHuggingFacesFloat32) {
   const Family& family = GetParam();
   const SafetensorsFile batch = SafetensorsFile::open(fixture(family, "batch.safetensors"));
   const SafetensorsFile expected = SafetensorsFile::open(fixture(family, "expected.safetensors"));
+  const auto trajectory = nlohmann::json::parse(read_file(fixture(family, "trajectory.json")));
   for (const bool bf16 : {true, false}) {
     ModelOptions options;
     (bf16 ? options.autocast_bf16 : options.autocast_fp16) = true;
@@ -233,11 +237,12 @@ TEST_P(FamilyParity, ReducedPrecisionStaysCloseToHuggingFacesFloat32) {
       reference += want.pow(2).sum().item<double>();
     }
     const double gradients = std::sqrt(difference / reference);
+    const double hf_own = trajectory["hf_autocast_logits_max_abs_diff"][bf16 ? "bf16" : "fp16"];
     EXPECT_GT(logits, 0.0) << (bf16 ? "bf16" : "fp16");  // the reduced precision really ran
-    EXPECT_LE(logits, 1e-2) << (bf16 ? "bf16" : "fp16");
+    EXPECT_LE(logits, std::max(1e-2, 1.5 * hf_own)) << (bf16 ? "bf16" : "fp16");
     EXPECT_LE(gradients, 0.02) << (bf16 ? "bf16" : "fp16");
-    std::cout << "  " << family.fixture << (bf16 ? " bf16" : " fp16") << ": logits max |diff| " << logits
-              << ", gradients relative L2 " << gradients << "\n";
+    std::cout << "  " << family.fixture << (bf16 ? " bf16" : " fp16") << ": logits max |diff| " << logits << " (HF's own "
+              << hf_own << "), gradients relative L2 " << gradients << "\n";
   }
 }
 
@@ -357,14 +362,21 @@ TEST(FamilyDirectories, TransformersLoadsWhatMpibertSaves) {
 }
 
 // configs/small-<model_type>.json, the small config of every family mpibert trains (for runs and
-// the main job's --model-config), builds that family at the shards' vocabulary.
+// the main job's --model-config), builds that family at the vocabulary of the Hub tokenizer its
+// base checkpoint ships (bert-base-uncased's for BERT, DistilBERT and ELECTRA, roberta-base's,
+// xlm-roberta-base's, deberta-v3-base's, ModernBERT-base's), so that it trains on shards that
+// tokenizer prepared.
 TEST(FamilyRegistry, EveryFamilyHasItsSmallConfig) {
+  const std::map<std::string, int64_t> hub_vocab_sizes = {{"bert", 30522},      {"distilbert", 30522},   {"electra", 30522},
+                                                          {"roberta", 50265},   {"xlm-roberta", 250002}, {"deberta-v2", 128100},
+                                                          {"modernbert", 50368}};
   for (const std::string& type : qa_model_types()) {
     const std::string path = std::string(MPIBERT_TESTS_SOURCE_DIR) + "/../configs/small-" + type + ".json";
     ASSERT_TRUE(std::filesystem::exists(path)) << path;
+    ASSERT_TRUE(hub_vocab_sizes.count(type)) << "no Hub vocabulary size known for " << type;
     const QAModelPtr model = make_qa_model_from_file(path, {});
     EXPECT_EQ(model->model_type(), type) << path;
-    EXPECT_EQ(model->vocab_size(), 30522) << path;
+    EXPECT_EQ(model->vocab_size(), hub_vocab_sizes.at(type)) << path;
   }
 }
 
@@ -373,6 +385,13 @@ TEST(FamilyRegistry, ModelTypePicksEachFamily) {
     const QAModelPtr model = make_qa_model(fixture_config(family), "config.json", {});
     EXPECT_EQ(model->model_type(), family.model_type);
     EXPECT_EQ(model->config_json()["model_type"], family.model_type);
+    // Read without building (fuzz_model_config's path): the config the model keeps, and a bad
+    // key refused by name.
+    EXPECT_EQ(read_qa_model_config(fixture_config(family), "config.json"), model->config_json());
+    nlohmann::json bad = fixture_config(family);
+    bad["num_hidden_layers"] = "two";
+    EXPECT_NE(test::error_of([&] { read_qa_model_config(bad, "config.json"); }).find("config.json"), std::string::npos);
+    EXPECT_NE(test::error_of([&] { read_qa_model_config(bad, "config.json"); }).find("num_hidden_layers"), std::string::npos);
     const QAModelPtr preset = make_qa_model_preset(family.model_type, "small", {});
     EXPECT_EQ(preset->architecture(), family.architecture);
     const auto types = qa_model_types();

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -51,40 +52,45 @@ std::vector<AutocastSetting> autocast_settings(c10::DeviceType type) {
 
 // What backward needs to run the forward again as it ran.
 struct Replay : torch::CustomClassHolder {
-  Replay(std::function<torch::Tensor(const torch::Tensor&)> body, const torch::Device& device)
+  using Body = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+  Replay(Body body, const torch::Device& device)
       : body(std::move(body)), rng(device), autocast(autocast_settings(device.type())) {}
-  std::function<torch::Tensor(const torch::Tensor&)> body;
+  Body body;
   RngStates rng;  // taken before the forward drew anything
   std::vector<AutocastSetting> autocast;
 };
 
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
-  // Runs with grad disabled (Function::apply): nothing of the body is saved, only its input.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+  // Runs with grad disabled (Function::apply): nothing of the body is saved, only its inputs.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
                                const c10::intrusive_ptr<Replay>& replay) {
-    ctx->save_for_backward({input});
+    ctx->save_for_backward(inputs.vec());
     ctx->saved_data["replay"] = c10::IValue::make_capsule(replay);
-    return replay->body(input);
+    return replay->body(inputs.vec());
   }
 
+  // A gradient for each input, then none for the replay.
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const torch::Tensor input = ctx->get_saved_variables().front();
+    const std::vector<torch::Tensor> inputs = ctx->get_saved_variables();
     auto replay = c10::static_intrusive_pointer_cast<Replay>(ctx->saved_data["replay"].toCapsule());
-    if (!grad_outputs.front().defined()) return {torch::Tensor(), torch::Tensor()};
-    const torch::Tensor leaf = input.detach().requires_grad_(true);
-    torch::Tensor output = recompute(*replay, leaf);
+    torch::autograd::variable_list grads(inputs.size() + 1);
+    if (!grad_outputs.front().defined()) return grads;
+    std::vector<torch::Tensor> leaves;
+    for (const torch::Tensor& input : inputs) leaves.push_back(input.detach().requires_grad_(input.requires_grad()));
+    torch::Tensor output = recompute(*replay, leaves);
     // A nested backward: the parameters' gradients go through their AccumulateGrad nodes (and hooks).
     torch::autograd::backward({output}, {grad_outputs.front()});
-    return {leaf.grad(), torch::Tensor()};
+    for (size_t i = 0; i < leaves.size(); ++i) grads[i] = leaves[i].grad();
+    return grads;
   }
 
  private:
   // The forward again, with grad, under the forward's RNG and autocast states; the RNG's current
   // state is put back after (torch's fork_rng), so that what follows draws as it would have.
-  static torch::Tensor recompute(const Replay& replay, const torch::Tensor& input) {
-    const RngStates current(input.device());
+  static torch::Tensor recompute(const Replay& replay, const std::vector<torch::Tensor>& inputs) {
+    const RngStates current(inputs.front().device());
     struct RestoreRng {
       const RngStates& states;
       ~RestoreRng() { states.restore(); }
@@ -92,15 +98,23 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     replay.rng.restore();
     const AutocastScope autocast(replay.autocast);
     const torch::AutoGradMode grad(true);
-    return replay.body(input);
+    return replay.body(inputs);
   }
 };
 
 }  // namespace
 
+torch::Tensor checkpointed(const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& body,
+                           const std::vector<torch::Tensor>& inputs) {
+  const bool backward_follows =
+      std::any_of(inputs.begin(), inputs.end(), [](const torch::Tensor& x) { return x.requires_grad(); });
+  if (!torch::GradMode::is_enabled() || !backward_follows) return body(inputs);
+  return CheckpointedLayer::apply(at::TensorList(inputs), c10::make_intrusive<Replay>(body, inputs.front().device()));
+}
+
 torch::Tensor checkpointed(const std::function<torch::Tensor(const torch::Tensor&)>& body, const torch::Tensor& input) {
-  if (!torch::GradMode::is_enabled() || !input.requires_grad()) return body(input);
-  return CheckpointedLayer::apply(input, c10::make_intrusive<Replay>(body, input.device()));
+  return checkpointed([body](const std::vector<torch::Tensor>& inputs) { return body(inputs.front()); },
+                      std::vector<torch::Tensor>{input});
 }
 
 }  // namespace mpibert

@@ -1,6 +1,8 @@
 #include "mpibert/model/encoder_parts.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <limits>
 #include <string>
@@ -18,6 +20,13 @@ torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch
   // Rows 16-element aligned, as the memory-efficient kernel wants them: SDPA need not pad a copy per layer.
   const int64_t seq = mask.size(-1), aligned = (seq + 15) / 16 * 16;
   return torch::empty({mask.size(0), 1, 1, aligned}, mask.options().dtype(dtype)).narrow(-1, 0, seq).copy_(mask);
+}
+
+double lowest_of(torch::ScalarType dtype) {
+  if (dtype == torch::kBFloat16) return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+  if (dtype == torch::kHalf) return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+  if (dtype == torch::kDouble) return std::numeric_limits<double>::lowest();
+  return std::numeric_limits<float>::lowest();
 }
 
 TokenLayout padded_layout(const torch::Tensor& attention_mask, const torch::Tensor& hidden) {

@@ -6,6 +6,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/model/bert_qa.hpp"
+#include "mpibert/model/deberta_v2_qa.hpp"
 #include "mpibert/model/distilbert_qa.hpp"
 #include "mpibert/model/electra_qa.hpp"
 #include "mpibert/model/roberta_qa.hpp"
@@ -13,10 +14,12 @@
 namespace mpibert {
 namespace {
 
-// One row per family: its name as people write it, its QA model from a config, its presets.
+// One row per family: its name as people write it, its QA model from a config, its config as the
+// family reads it, its presets.
 struct ModelType {
   std::string name;
   std::function<QAModelPtr(const nlohmann::json&, const std::string&, const ModelOptions&)> from_config;
+  std::function<nlohmann::ordered_json(const nlohmann::json&, const std::string&)> read_config;
   std::function<nlohmann::ordered_json(const std::string&)> preset_config;
 };
 
@@ -26,6 +29,7 @@ ModelType row(std::string name) {
           [](const nlohmann::json& json, const std::string& origin, const ModelOptions& options) -> QAModelPtr {
             return Model(Config::from_json(json, origin), options).ptr();
           },
+          [](const nlohmann::json& json, const std::string& origin) { return Config::from_json(json, origin).to_json(); },
           [](const std::string& preset) { return Config::preset(preset).to_json(); }};
 }
 
@@ -33,6 +37,7 @@ ModelType row(std::string name) {
 const std::map<std::string, ModelType>& model_types() {
   static const std::map<std::string, ModelType> types = {
       {"bert", row<BertConfig, BertForQuestionAnswering>("BERT")},
+      {"deberta-v2", row<DebertaV2Config, DebertaV2ForQuestionAnswering>("DeBERTa-v2/v3")},
       {"distilbert", row<DistilBertConfig, DistilBertForQuestionAnswering>("DistilBERT")},
       {"electra", row<ElectraConfig, ElectraForQuestionAnswering>("ELECTRA")},
       {"roberta", row<RobertaConfig, RobertaForQuestionAnswering>("RoBERTa")},
@@ -91,6 +96,12 @@ QAModelPtr make_qa_model(const nlohmann::json& config, const std::string& origin
                          const std::string& requested_type) {
   const std::string type = resolve_model_type(config, origin, requested_type);
   return model_type_of(type, origin, "'model_type'").from_config(config, origin, options);
+}
+
+nlohmann::ordered_json read_qa_model_config(const nlohmann::json& config, const std::string& origin,
+                                            const std::string& requested_type) {
+  const std::string type = resolve_model_type(config, origin, requested_type);
+  return model_type_of(type, origin, "'model_type'").read_config(config, origin);
 }
 
 QAModelPtr make_qa_model_from_file(const std::string& config_path, const ModelOptions& options,

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <vector>
 
 namespace mpibert {
 
@@ -20,5 +21,9 @@ namespace mpibert {
 // and `input` requires grad); otherwise it simply runs `body`. `body` must stay valid until
 // backward (capture what it needs by value), and must compute the same function both times.
 torch::Tensor checkpointed(const std::function<torch::Tensor(const torch::Tensor&)>& body, const torch::Tensor& input);
+// The same for a body of several inputs (DeBERTa's layers: the hidden state and the relative
+// embeddings every layer shares), each getting its gradient.
+torch::Tensor checkpointed(const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& body,
+                           const std::vector<torch::Tensor>& inputs);
 
 }  // namespace mpibert

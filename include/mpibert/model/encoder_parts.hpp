@@ -32,6 +32,8 @@ struct TokenLayout {
 // HF's extended attention mask: (1 - mask) * float32 min as `dtype`, [batch, 1, 1, seq] (on a
 // GPU a view of rows padded to 16 elements).
 torch::Tensor additive_attention_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
+// The lowest finite value of `dtype` (torch.finfo(dtype).min).
+double lowest_of(torch::ScalarType dtype);
 
 // The layout of padded rows whose embeddings are `hidden`: the mask made once per batch in the
 // dtype attention computes in (autocast's, where it is on), so that no layer casts it again.

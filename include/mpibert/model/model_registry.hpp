@@ -26,6 +26,10 @@ std::string resolve_model_type(const nlohmann::json& config, const std::string& 
 // A model of that type from `config` (HF's config.json keys for it), with HF's random initialization.
 QAModelPtr make_qa_model(const nlohmann::json& config, const std::string& origin, const ModelOptions& options,
                          const std::string& requested_type = "");
+// The config of that type as its family reads and checks it (HF's keys, its defaults filled in),
+// without building the model: what `config.json` of a run directory holds.
+nlohmann::ordered_json read_qa_model_config(const nlohmann::json& config, const std::string& origin,
+                                            const std::string& requested_type = "");
 QAModelPtr make_qa_model_from_file(const std::string& config_path, const ModelOptions& options,
                                    const std::string& requested_type = "");
 // A model of `model_type` in a named size: "base" (bert-base-uncased, distilbert-base-uncased) or
