@@ -14,6 +14,8 @@
 #        fp16 on 2 ranks with a step skipped on every rank;
 #        hsdp over NCCL, 2 ranks sharing the GPU, in shard groups of 1 (the split communicators);
 #        DistilBERT packed (distilbert-base throughput);
+#        every encoder family packed against the CPU (test_gpu GpuFamilies: RoBERTa, XLM-R and
+#        ELECTRA through the varlen kernels, DeBERTa feature by feature, ModernBERT's window);
 #   3. then the rows that passed before: the rest of test_gpu; the fixture's tiny BERT (6 steps of
 #      global batch 24, gradient accumulation 2) on 1 rank against the CPU, 2 and 3 ranks x {ddp,
 #      zero1, zero2, fsdp} over NCCL (ranks sharing the GPU: MPIBERT_NCCL_SHARED_GPU), ddp and zero2
@@ -689,8 +691,9 @@ if [ "$checks" = 1 ]; then
   row hsdp 90 strategy_row 2 hsdp "$multi"
 fi
 [ "$speed" = 0 ] || row distilbert-packed 150 throughput_row distilbert packed
+[ "$checks" = 0 ] || [ "$cuda" = 0 ] || row families-packed 180 gpu_tests_row 'Families/GpuFamilies.*' "the encoder families packed"
 if [ "$checks" = 1 ]; then
-  [ "$cuda" = 0 ] || row gpu-tests 300 gpu_tests_row '-GpuStepGraphs.*' "the rest of test_gpu"
+  [ "$cuda" = 0 ] || row gpu-tests 300 gpu_tests_row '-GpuStepGraphs.*:Families/GpuFamilies.*' "the rest of test_gpu"
   row against-cpu 90 against_cpu
   for n in 2 3; do
     for strategy in ddp zero1 zero2 fsdp; do row "$strategy-$n-$multi" 90 strategy_row "$n" "$strategy" "$multi"; done

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <tuple>
 
+#include "encoder_families.hpp"
 #include "mpibert/comm/communicator.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/batching.hpp"
@@ -121,11 +122,12 @@ TEST(Bf16ModelParity, CudaAutocastStaysWithinTheStatedTolerance) {
 // Packed batches on the GPU (one SDPA call per feature, unmasked, so flash or memory-efficient
 // kernels) give the CPU's packed logits, loss and gradients. fp32 without TF32: only summation
 // order differs, so 1e-4 leaves room for other kernels and still fails for a wrong result.
-// `make_model` builds the same model (seeded) each time it is called.
-void expect_packed_gpu_follows_cpu(const std::function<QAModelPtr()>& make_model) {
+// `make_model` builds the same model (seeded) each time it is called; the shards are made by
+// `tokenizer` (a tokenizer directory; empty: bert-base-uncased's vocab.txt).
+void expect_packed_gpu_follows_cpu(const std::function<QAModelPtr()>& make_model, const std::string& tokenizer = "") {
   set_tf32(false);
   test::TempDir dir;
-  test::prepare_shards(dir.path(), test::squad_v1_path(), 0, 12, "train");
+  test::prepare_shards(dir.path(), test::squad_v1_path(), 0, 12, "train", tokenizer);
   const FeatureStore store = FeatureStore::open(dir.path());
   const Batch batch = make_batch(store, {0, 1, 2, 3, 4, 5}, Padding::kPacked);
   auto run = [&](const torch::Device& device) {
@@ -165,6 +167,20 @@ TEST(GpuPackedBatches, DistilBertFollowsTheCpu) {
   config["max_position_embeddings"] = 512;
   expect_packed_gpu_follows_cpu([&] { return make_qa_model(config, "distilbert fixture config", {}); });
 }
+
+// Every encoder family of tests/encoder_families.hpp packed on the GPU (its own attention through
+// the varlen kernels, or feature by feature where it adds a bias: DeBERTa's relative scores,
+// ModernBERT's window) against its packed CPU run, on shards made by its own kind of tokenizer.
+class GpuFamilies : public ::testing::TestWithParam<test::EncoderFamily> {};
+
+TEST_P(GpuFamilies, PackedFollowsTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const test::EncoderFamily& family = GetParam();
+  const nlohmann::json config = family.training_config(0.0);
+  expect_packed_gpu_follows_cpu([&] { return make_qa_model(config, family.file("config.json"), {}); }, family.tokenizer_dir());
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GpuFamilies, ::testing::ValuesIn(test::encoder_families()), test::family_test_name);
 
 // Activation checkpointing on the GPU, dropout on, padded (masked SDPA) and packed (the varlen
 // kernel), float32 and bf16: the recompute replays the CUDA generator's state, so the dropout masks
