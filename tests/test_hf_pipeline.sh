@@ -4,11 +4,12 @@
 # (configs/small-MODEL.json), is trained briefly from random weights on two SQuAD v1.1 dev
 # articles prepared with its own kind of tokenizer, then answers 20 questions of another article
 # both ways (tests/hf_pipeline_answers.py). BERT and DistilBERT take bert-base-uncased's vocab.txt;
-# the other families the tokenizer fixtures of tests/fixtures/tokenizers (their config's vocab_size
-# and pad_token_id set to the tokenizer's). Registered in ctest as model.hf_pipeline and
+# the other families (and bert-cased: BERT on a cased WordPiece, whose run directory must keep
+# do_lower_case: false) the tokenizer fixtures of tests/fixtures/tokenizers, their config's
+# vocab_size and pad_token_id set to the tokenizer's. Registered in ctest as model.hf_pipeline and
 # model.hf_pipeline.FAMILY.
-#   bash tests/test_hf_pipeline.sh [MODEL ...]     MODEL: bert distilbert roberta xlm-roberta
-#                                                  electra deberta-v2 modernbert
+#   bash tests/test_hf_pipeline.sh [MODEL ...]     MODEL: bert distilbert bert-cased roberta
+#                                                  xlm-roberta electra deberta-v2 modernbert
 # Environment (all optional):
 #   HF_PYTHON        a Python with transformers (default: the checkout's .venv, where
 #                    scripts/install-deps.sh installs the HF peer's release)
@@ -39,6 +40,7 @@ tokenizer_of() {
   case $1 in
     bert | distilbert) echo "$vocab" ;;
     electra) echo "$root/tests/fixtures/tokenizers/wordpiece-uncased" ;;
+    bert-cased) echo "$root/tests/fixtures/tokenizers/wordpiece-cased" ;;
     deberta-v2) echo "$root/tests/fixtures/tokenizers/deberta-v3" ;;
     roberta | xlm-roberta | modernbert) echo "$root/tests/fixtures/tokenizers/$1" ;;
     *) echo "FAIL: no tokenizer for model $1" >&2; exit 1 ;;
@@ -46,7 +48,7 @@ tokenizer_of() {
 }
 # configs/small-MODEL.json with the tokenizer's vocabulary size and padding id.
 config_for() {
-  local model=$1 tokenizer=$2 out=$3
+  local model=${1%-cased} tokenizer=$2 out=$3
   "$py" - "$root/configs/small-$model.json" "$tokenizer" "$out" <<'PY'
 import json, os, sys
 import transformers
@@ -72,6 +74,10 @@ for model in "${models[@]}"; do
   logged "$tmp/train-$model.log" "$bin/mpibert" train --model-config "$tmp/config-$model.json" --tokenizer "$tokenizer" \
     --train-shards "$tmp/shards-$model" --output-dir "$tmp/$model" --max-steps 100 --batch-size 8 --learning-rate 1e-3 \
     --threads 2 --log-level warn
+  if [ "$model" = bert-cased ]; then  # a cased BERT's run directory stays cased for HF
+    "$py" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["do_lower_case"] is not False)' \
+      "$tmp/$model/tokenizer_config.json" || { echo "FAIL: $tmp/$model/tokenizer_config.json lost do_lower_case: false"; exit 1; }
+  fi
   "$py" tests/hf_pipeline_answers.py "$tmp/$model" --mpibert "$bin/mpibert" --squad "$squad" --articles 32:33 \
     --questions 20 2>"$tmp/pipeline-$model.log" || { cat "$tmp/pipeline-$model.log"; exit 1; }
 done
