@@ -199,8 +199,8 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 }
 
 // An additive mask that keeps `allowed` pairs and gives the others `dtype`'s lowest finite value
-// (HF adds its float32 mask in float32, so that a padding query whose window holds no token
-// softmaxes evenly instead of to NaN; -inf in bf16 would not).
+// (HF's float32 min where `dtype` is float32): a row with no pair allowed then softmaxes evenly,
+// as HF's, where -inf would give NaN.
 torch::Tensor window_additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype) {
   return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype)).masked_fill(allowed.logical_not(), lowest_of(dtype));
 }

@@ -8,10 +8,15 @@
 // (HF's sliding_window_mask) with local_rope_theta. The QA head is ModernBERT's prediction head
 // (dense, activation, norm: "head"), a dropout ("drop") and the Linear "classifier".
 //
+// Padded rows: global layers take SDPA under the padding mask; windowed layers HF's eager
+// attention under its float32 window mask (a padding query whose window holds no token has a row
+// of float32 lowest values, whose gradient the fused SDPA kernel's backward gets wrong).
+//
 // Packed batches: positions restart at 0 in each feature (RoPE's), attention stays within each
 // feature, and the window within it. Global layers take the house's packed attention (the GPU's
 // variable-length kernels); windowed layers run feature by feature under the window's mask on
-// the GPU too, as the variable-length kernels take no window.
+// the GPU too, as the variable-length kernels take no window (features within the window's reach
+// need no mask: they take the packed attention too).
 //
 // Units (for the data-parallel strategies' hooks): the embeddings, each layer, the final norm,
 // the head, the classifier.
