@@ -26,11 +26,14 @@ struct EncoderFamily {
   std::string file(const std::string& name) const { return fixtures_dir() + "/encoders/" + fixture + "/" + name; }
   std::string tokenizer_dir() const { return fixtures_dir() + "/tokenizers/" + tokenizer; }
   // Its config (as config()) for training on shards made by its tokenizer: an embedding row for
-  // each of the tokenizer's ids, and positions for mpibert-prep's 384 tokens (RoBERTa's padding
-  // offset included).
+  // each of the tokenizer's ids, the tokenizer's padding id (the trainer refuses another; the
+  // ModernBERT fixture's 3 is [CLS] in its tokenizer), and positions for mpibert-prep's 384
+  // tokens (RoBERTa's padding offset included).
   nlohmann::json training_config(double dropout) const {
     nlohmann::json json = config(dropout);
-    json["vocab_size"] = HfTokenizer::load(tokenizer_dir()).vocab_size();
+    const HfTokenizer tokenizer = HfTokenizer::load(tokenizer_dir());
+    json["vocab_size"] = tokenizer.vocab_size();
+    json["pad_token_id"] = tokenizer.pad_id();
     if (json.contains("max_position_embeddings")) json["max_position_embeddings"] = 514;
     return json;
   }
@@ -51,6 +54,11 @@ inline const std::vector<EncoderFamily>& encoder_families() {
       {"electra", "electra", "ElectraForQuestionAnswering", bert_like, "wordpiece-uncased"},
       {"deberta-v3", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like, "deberta-v3"},
       {"deberta-v2", "deberta-v2", "DebertaV2ForQuestionAnswering", bert_like, "deberta-v3"},
+      {"modernbert",
+       "modernbert",
+       "ModernBertForQuestionAnswering",
+       {"embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"},
+       "modernbert"},
   };
   return table;
 }

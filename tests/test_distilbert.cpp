@@ -336,12 +336,13 @@ TEST(ModelRegistry, ModelTypePicksTheModel) {
             std::string::npos);
   nlohmann::json gpt2 = distil;
   gpt2["model_type"] = "gpt2";
-  EXPECT_NE(test::error_of([&] {
-              make_qa_model(gpt2, "config.json", {});
-            }).find("\"gpt2\" is not a model mpibert trains (bert, deberta-v2, distilbert, electra, roberta, xlm-roberta)"),
-            std::string::npos);
+  EXPECT_NE(
+      test::error_of([&] {
+        make_qa_model(gpt2, "config.json", {});
+      }).find("\"gpt2\" is not a model mpibert trains (bert, deberta-v2, distilbert, electra, modernbert, roberta, xlm-roberta)"),
+      std::string::npos);
   EXPECT_EQ(qa_model_types(),
-            (std::vector<std::string>{"bert", "deberta-v2", "distilbert", "electra", "roberta", "xlm-roberta"}));
+            (std::vector<std::string>{"bert", "deberta-v2", "distilbert", "electra", "modernbert", "roberta", "xlm-roberta"}));
   EXPECT_EQ(make_qa_model_preset("distilbert", "small", {})->vocab_size(), 30522);
 }
 

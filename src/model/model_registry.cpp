@@ -9,6 +9,7 @@
 #include "mpibert/model/deberta_v2_qa.hpp"
 #include "mpibert/model/distilbert_qa.hpp"
 #include "mpibert/model/electra_qa.hpp"
+#include "mpibert/model/modernbert_qa.hpp"
 #include "mpibert/model/roberta_qa.hpp"
 
 namespace mpibert {
@@ -40,6 +41,7 @@ const std::map<std::string, ModelType>& model_types() {
       {"deberta-v2", row<DebertaV2Config, DebertaV2ForQuestionAnswering>("DeBERTa-v2/v3")},
       {"distilbert", row<DistilBertConfig, DistilBertForQuestionAnswering>("DistilBERT")},
       {"electra", row<ElectraConfig, ElectraForQuestionAnswering>("ELECTRA")},
+      {"modernbert", row<ModernBertConfig, ModernBertForQuestionAnswering>("ModernBERT")},
       {"roberta", row<RobertaConfig, RobertaForQuestionAnswering>("RoBERTa")},
       {"xlm-roberta", row<XlmRobertaConfig, RobertaForQuestionAnswering>("XLM-RoBERTa")},
   };
