@@ -74,6 +74,8 @@ TEST(StepCapture, EachRunThatCannotBeCapturedIsRefusedWithWhatItWouldTake) {
       {[](StepCaptureConditions& c) { c.fused_adamw = false; }, "--optim adamw_torch_fused"},
       {[](StepCaptureConditions& c) { c.deterministic = true; }, "--deterministic"},
       {[](StepCaptureConditions& c) { c.gradient_checkpointing = true; }, "drop --gradient-checkpointing"},
+      {[](StepCaptureConditions& c) { c.model_problem = "its attention loops"; },
+       "its attention loops: train it without --cuda-graphs"},
   };
   for (const Row& row : rows) {
     StepCaptureConditions run = capturable;

@@ -792,6 +792,30 @@ TEST_P(FamilyTrainer, TrainsResumesAndNamesTheFamily) {
     EXPECT_TRUE(torch::equal(a.tensors()[i].tensor, b.tensors()[i].tensor)) << a.tensors()[i].name;
 }
 
+// --cuda-graphs with a family whose packed attention loops over the batch's features on the host
+// (DeBERTa; ModernBERT's windowed layers) is refused naming the family, before anything is
+// written; the others get as far as the device (here: "CUDA graphs need a GPU").
+TEST_P(FamilyTrainer, CudaGraphsAreRefusedWhereThePackedStepLoopsOverFeatures) {
+  const test::EncoderFamily& family = GetParam();
+  test::TempDir run, data;
+  test::prepare_shards(data.file("train"), test::squad_v1_path(), 0, 8, "train", family.tokenizer_dir());
+  test::write_text(run.file("config.json"), family.training_config(0.0).dump());
+  TrainOptions o = options(run.file("run"));
+  o.train_dir = data.file("train");
+  o.eval_dir.clear();
+  o.tokenizer = family.tokenizer_dir();
+  o.model_config = run.file("config.json");
+  o.padding = Padding::kPacked;
+  o.cuda_graphs = true;
+  o.device = DeviceChoice::kCpu;
+  const std::string refused = test::error_of([&] { train(o); });
+  const bool loops = family.model_type == "deberta-v2" || family.model_type == "modernbert";
+  EXPECT_NE(refused.find(loops ? "feature by feature in packed batches" : "CUDA graphs need a GPU"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("--cuda-graphs"), std::string::npos) << refused;
+  EXPECT_FALSE(std::filesystem::exists(run.file("run"))) << "the refused run made its directory";
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTrainer, ::testing::ValuesIn(test::encoder_families()), test::family_test_name);
 
 // A checkpoint damaged on disk (a flipped byte, a file cut short, its checksums gone) is refused

@@ -513,6 +513,9 @@ QAFamily deberta_family(const DebertaV2Config& config) {
                      config.to_json(), deberta_model_name, deberta_ignored_tensor);
   family.unit_prefixes = deberta_units(config);
   family.flops = deberta_flops(config);
+  family.packed_step_capture_problem =
+      "DeBERTa attends feature by feature in packed batches (each feature's own relative positions; the varlen kernels take "
+      "no bias)";
   family.read_config = [](const nlohmann::json& json, const std::string& origin) {
     return DebertaV2Config::from_json(json, origin).to_json();
   };

@@ -480,6 +480,9 @@ QAFamily modernbert_family(const ModernBertConfig& config) {
   family.shape_keys = {"vocab_size",     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                        "attention_bias", "mlp_bias",    "norm_bias",         "classifier_bias"};
   family.init_weights = [config](torch::nn::Module& model) { init_modernbert_weights(model, config); };
+  if (config.num_hidden_layers > 1 && config.global_attn_every_n_layers > 1)
+    family.packed_step_capture_problem =
+        "ModernBERT's windowed layers attend feature by feature in packed batches (the varlen kernels take no window)";
   return family;
 }
 

@@ -86,6 +86,7 @@ MakeStepRecorder cuda_step_recorder(const torch::Device& device) {
 // What the options alone decide comes first, so that a CPU names it too; the GPU last.
 std::string steps_cannot_be_captured(const StepCaptureConditions& run) {
   if (!run.packed) return "the step's shapes change with every batch: give --padding packed (token buckets of fixed shapes)";
+  if (!run.model_problem.empty()) return run.model_problem + ": train it without --cuda-graphs";
   if (run.ranks > 1) return "the gradient collectives are not captured yet: one rank per job captures its step";
   if (run.fp16) return "fp16's skip decision reads the device every step: use --bf16";
   if (run.accumulation > 1) return "a step of several micro-batches is not one graph yet: --gradient-accumulation 1";

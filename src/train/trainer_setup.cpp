@@ -265,6 +265,7 @@ void Trainer::set_up_step_graphs() {
   run.fused_adamw = options_.optim == Optim::kAdamWTorchFused;
   run.deterministic = options_.deterministic;
   run.gradient_checkpointing = options_.model.gradient_checkpointing;
+  run.model_problem = model().packed_step_capture_problem();
   const std::string reason = steps_cannot_be_captured(run);
   if (!reason.empty()) throw InputError(describe("--cuda-graphs", "", reason));
   TokenBuckets buckets{options_.batch_size, store_->manifest().params.max_seq_length};

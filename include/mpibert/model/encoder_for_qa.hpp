@@ -72,6 +72,9 @@ struct QAFamily {
   std::vector<std::string> shape_keys;
   // HF's _init_weights of the whole QA model where it is not init_hf_weights (ModernBERT's).
   std::function<void(torch::nn::Module& model)> init_weights;
+  // Why its packed steps cannot be captured, "" when they can (QuestionAnsweringModel's
+  // packed_step_capture_problem).
+  std::string packed_step_capture_problem;
 };
 
 // The sizes of an encoder that decide its parameters and FLOPs.
@@ -122,6 +125,7 @@ class EncoderForQuestionAnsweringImpl : public torch::nn::Module, public Questio
   LoadReport load_state(const SafetensorsFile& checkpoint) override;
   std::vector<NamedTensor> state_to_save() override;
   std::string shape_mismatch(const nlohmann::json& config, const std::string& origin) const override;
+  std::string packed_step_capture_problem() const override { return family_.packed_step_capture_problem; }
 
   std::shared_ptr<QAEncoder> encoder;
   std::shared_ptr<QAHeadTransform> head_transform;  // where the family has one

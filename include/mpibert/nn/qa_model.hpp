@@ -114,6 +114,10 @@ class QuestionAnsweringModel {
   // "" when `config` (a config.json of this model type, from `origin`) has this model's shapes;
   // else the keys that differ, with both values.
   virtual std::string shape_mismatch(const nlohmann::json& config, const std::string& origin) const = 0;
+  // Why a captured packed step of this model could not be replayed for another batch ("" when it
+  // can): a packed forward that loops on the host over the batch's features issues other kernels
+  // for every batch.
+  virtual std::string packed_step_capture_problem() const { return ""; }
 };
 
 using QAModelPtr = std::shared_ptr<QuestionAnsweringModel>;

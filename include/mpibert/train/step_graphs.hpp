@@ -62,6 +62,7 @@ struct StepCaptureConditions {
   bool fused_adamw = true;              // the device-side step is the fused kernel's
   bool deterministic = false;           // --deterministic takes kernels the graphs are not tested with
   bool gradient_checkpointing = false;  // its recompute saves and restores the CUDA generator's state
+  std::string model_problem;            // the model's packed_step_capture_problem
 };
 std::string steps_cannot_be_captured(const StepCaptureConditions& run);
 
