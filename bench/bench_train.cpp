@@ -1,14 +1,21 @@
 // Training throughput on SQuAD shards: full vs dynamic padding, length grouping, packed batches.
-//   bench_train --shards DIR [--model bert|distilbert] --preset small|base [--batch B] [--steps N]
+//   bench_train --shards DIR [--model TYPE] --preset small|base [--batch B] [--steps N]
 //               [--threads T] [--variant all|full|dynamic|grouped|packed] [--bf16] [--json]
+//               [--dump-batches FILE]
 // Each configuration runs N optimizer steps on the same shuffled order after one warm-up step
 // and prints samples/s, padded tokens per sample, MFU (model FLOPs on real tokens over the
 // square-GEMM rate measured first, in the same precision and threads) and the speedup over full
 // padding (or, with --json, one JSON object per configuration: bench/compare_hf.sh reads them).
+// --dump-batches FILE trains nothing: it writes the model's config.json (HF's keys) and the
+// warm-up and timed batches of the first selected variant, padded, as JSON, for
+// bench/hf_family_step.py to run HF's own model of the same config on the same batches.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "mpibert/core/process.hpp"
 #include "mpibert/data/batching.hpp"
@@ -41,6 +48,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::string only = "all", optim = "adamw_torch_fused";
   bool json = false, bf16 = false;
+  std::string dump_batches;
   CLI::App app{"mpibert training throughput by padding"};
   app.add_option("--shards", shards, "prepared train shards")->required();
   app.add_option("--model", model_type, "HF's model_type of the model to train")
@@ -59,13 +67,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"adamw_torch", "adamw_torch_fused"}))
       ->capture_default_str();
   app.add_flag("--json", json, "one JSON object per configuration instead of a table line");
+  app.add_option("--dump-batches", dump_batches, "write the config and the batches as JSON to FILE; train nothing");
   CLI11_PARSE(app, argc, argv);
   mpibert::keep_freed_memory_for_reuse();
 
   if (batch == 0) batch = preset == "base" ? 2 : 32;
   torch::set_num_threads(threads);
   const mpibert::FeatureStore store = mpibert::FeatureStore::open(shards);
-  const double matmul_rate = mpibert::measure_matmul_flops_per_second(torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
+  const double matmul_rate =
+      !dump_batches.empty() ? 1.0
+                            : mpibert::measure_matmul_flops_per_second(torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
   const char* precision = bf16 ? "bf16" : "fp32";
 
   double full_rate = 0;
@@ -84,6 +95,38 @@ int main(int argc, char** argv) {
     mpibert::DistributedSampler sampler(store.num_features(), 0, 1, mpibert::DistributedSampler::Mode::kTrain, 42);
     if (variant.group_by_length) sampler.group_by_length(mpibert::feature_lengths(store), batch);
     const std::vector<int64_t> order = sampler.indices(0);
+    if (!dump_batches.empty()) {
+      if (variant.padding == mpibert::Padding::kPacked) {
+        std::fprintf(stderr, "bench_train: --dump-batches takes a padded variant\n");
+        return 2;
+      }
+      auto rows = [](const torch::Tensor& t) {
+        const torch::Tensor c = t.to(torch::kLong).contiguous();
+        nlohmann::json out = nlohmann::json::array();
+        for (int64_t i = 0; i < c.size(0); ++i) {
+          const int64_t* p = c[i].data_ptr<int64_t>();
+          out.push_back(std::vector<int64_t>(p, p + c.size(1)));
+        }
+        return out;
+      };
+      auto values = [](const torch::Tensor& t) {
+        const torch::Tensor c = t.to(torch::kLong).contiguous();
+        return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+      };
+      nlohmann::ordered_json out = {
+          {"config", model->config_json()}, {"variant", variant.key}, {"batches", nlohmann::json::array()}};
+      for (int64_t step = 0; step <= steps; ++step) {
+        const auto first = order.begin() + static_cast<long>(step * batch);
+        const mpibert::Batch b = mpibert::make_batch(store, std::vector<int64_t>(first, first + batch), variant.padding);
+        out["batches"].push_back({{"input_ids", rows(b.input_ids)},
+                                  {"token_type_ids", rows(b.token_type_ids)},
+                                  {"attention_mask", rows(b.attention_mask)},
+                                  {"start_positions", values(b.start_positions)},
+                                  {"end_positions", values(b.end_positions)}});
+      }
+      std::ofstream(dump_batches) << out.dump() << "\n";
+      return 0;
+    }
 
     int64_t samples = 0, padded_tokens = 0, real_tokens = 0;
     double model_flops = 0;

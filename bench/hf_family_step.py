@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""HF's own QA model of a family, in a plain PyTorch training step, on the batches mpibert trains on.
+Reads what `bench_train --dump-batches FILE` wrote: mpibert's config.json of the model (HF's keys)
+and its dynamic-padded batches (input_ids, attention_mask, token_type_ids, start/end positions).
+Builds AutoModelForQuestionAnswering.from_config(AutoConfig.for_model(**config)) with SDPA
+attention where the family has it (eager otherwise), in train mode (the config's dropout, as
+bench_train), fp32, and runs what bench_train's step runs: forward, backward, clip_grad_norm 1.0,
+torch.optim.AdamW(lr 1e-4, weight decay 0, fused or not as --optim), zero_grad; the first batch
+warms up, the others are timed. Prints one JSON object.
+Usage: hf_family_step.py --batches FILE [--threads 2] [--optim adamw_torch_fused|adamw_torch]
+"""
+import argparse
+import json
+import time
+
+import torch
+import transformers
+
+
+def build(config_json):
+    config = dict(config_json)
+    model_type = config.pop("model_type")
+    for attn in ("sdpa", "eager"):
+        try:
+            hf_config = transformers.AutoConfig.for_model(model_type, attn_implementation=attn, **config)
+            return transformers.AutoModelForQuestionAnswering.from_config(hf_config), attn
+        except (ValueError, ImportError):  # the family has no SDPA attention
+            continue
+    raise SystemExit(f"hf_family_step: cannot build {model_type}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--optim", default="adamw_torch_fused", choices=["adamw_torch", "adamw_torch_fused"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    with open(args.batches) as f:
+        dump = json.load(f)
+    model, attn = build(dump["config"])
+    model.train()
+    # Token types only where the family embeds more than one (BERT, ELECTRA); mpibert's RoBERTa,
+    # DistilBERT and DeBERTa-v3 ignore them or have none.
+    with_types = getattr(model.config, "type_vocab_size", 0) > 1
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=args.optim == "adamw_torch_fused")
+    samples, tokens = 0, 0
+    for step, batch in enumerate(dump["batches"]):
+        if step == 1:
+            start = time.perf_counter()  # step 0 warms up
+        inputs = {key: torch.tensor(batch[key]) for key in ("input_ids", "attention_mask", "start_positions", "end_positions")}
+        if with_types:
+            inputs["token_type_ids"] = torch.tensor(batch["token_type_ids"])
+        model(**inputs).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        if step > 0:
+            samples += inputs["input_ids"].shape[0]
+            tokens += inputs["input_ids"].numel()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"samples_per_second": samples / seconds, "tokens_per_sample": tokens / samples,
+                      "steps": len(dump["batches"]) - 1, "batch": len(dump["batches"][0]["input_ids"]),
+                      "threads": args.threads, "attn_implementation": attn, "optim": args.optim,
+                      "model_type": model.config.model_type,
+                      "parameters": sum(p.numel() for p in model.parameters()),
+                      "transformers": transformers.__version__, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
