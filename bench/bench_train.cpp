@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::string only = "all", optim = "adamw_torch_fused";
   bool json = false, bf16 = false;
-  std::string dump_batches;
+  std::string dump_batches, device_name = "cpu";
   CLI::App app{"mpibert training throughput by padding"};
   app.add_option("--shards", shards, "prepared train shards")->required();
   app.add_option("--model", model_type, "HF's model_type of the model to train")
@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
   app.add_option("--optim", optim, "as mpibert train --optim")
       ->check(CLI::IsMember({"adamw_torch", "adamw_torch_fused"}))
       ->capture_default_str();
+  app.add_option("--device", device_name,
+                 "where the model trains (a GPU: the batches copied there, each timing ending in a "
+                 "synchronize)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_flag("--json", json, "one JSON object per configuration instead of a table line");
   app.add_option("--dump-batches", dump_batches, "write the config and the batches as JSON to FILE; train nothing");
   CLI11_PARSE(app, argc, argv);
@@ -74,9 +79,10 @@ int main(int argc, char** argv) {
   if (batch == 0) batch = preset == "base" ? 2 : 32;
   torch::set_num_threads(threads);
   const mpibert::FeatureStore store = mpibert::FeatureStore::open(shards);
-  const double matmul_rate =
-      !dump_batches.empty() ? 1.0
-                            : mpibert::measure_matmul_flops_per_second(torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
+  const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
+  const double matmul_rate = !dump_batches.empty()
+                                 ? 1.0
+                                 : mpibert::measure_matmul_flops_per_second(device, bf16 ? torch::kBFloat16 : torch::kFloat, 1.0);
   const char* precision = bf16 ? "bf16" : "fp32";
 
   double full_rate = 0;
@@ -86,6 +92,7 @@ int main(int argc, char** argv) {
     mpibert::ModelOptions model_options;
     model_options.autocast_bf16 = bf16;
     const mpibert::QAModelPtr model = mpibert::make_qa_model_preset(model_type, preset, model_options);
+    model->module().to(device);
     model->module().train();
     const mpibert::TrainingFlops flops = model->training_flops();
     const std::vector<torch::Tensor> parameters = model->module().parameters();
@@ -95,6 +102,12 @@ int main(int argc, char** argv) {
     mpibert::DistributedSampler sampler(store.num_features(), 0, 1, mpibert::DistributedSampler::Mode::kTrain, 42);
     if (variant.group_by_length) sampler.group_by_length(mpibert::feature_lengths(store), batch);
     const std::vector<int64_t> order = sampler.indices(0);
+    if (static_cast<int64_t>(order.size()) < (steps + 1) * batch) {
+      std::fprintf(stderr, "bench_train: %s: %zu features, fewer than the %lld that %lld steps of %lld take (one warms up)\n",
+                   shards.c_str(), order.size(), static_cast<long long>((steps + 1) * batch), static_cast<long long>(steps + 1),
+                   static_cast<long long>(batch));
+      return 1;
+    }
     if (!dump_batches.empty()) {
       if (variant.padding == mpibert::Padding::kPacked) {
         std::fprintf(stderr, "bench_train: --dump-batches takes a padded variant\n");
@@ -134,7 +147,7 @@ int main(int argc, char** argv) {
     for (int64_t step = 0; step <= steps; ++step) {
       if (step == 1) start = std::chrono::steady_clock::now();  // step 0 warms up
       const auto first = order.begin() + static_cast<long>(step * batch);
-      mpibert::Batch b = mpibert::make_batch(store, std::vector<int64_t>(first, first + batch), variant.padding);
+      const mpibert::Batch b = mpibert::make_batch(store, std::vector<int64_t>(first, first + batch), variant.padding).to(device);
       mpibert::forward_batch(*model, b).loss.backward();
       mpibert::clip_grad_norm(parameters, 1.0);
       optimizer.step(1e-4);
@@ -146,6 +159,7 @@ int main(int argc, char** argv) {
         model_flops += flops.of(b.real_tokens, b.real_token_pairs);
       }
     }
+    if (device.is_cuda()) mpibert::synchronize(device);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double rate = static_cast<double>(samples) / seconds;
     const double tokens_per_sample = static_cast<double>(padded_tokens) / static_cast<double>(samples);
@@ -155,10 +169,10 @@ int main(int argc, char** argv) {
           "{\"samples_per_second\": %.4f, \"tokens_per_sample\": %.1f, \"real_tokens_per_sample\": %.1f, "
           "\"model_flops_per_sample\": %.6g, \"model_flops_per_second\": %.6g, \"matmul_flops_per_second\": %.6g, "
           "\"mfu\": %.4f, \"precision\": \"%s\", \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
-          "\"variant\": \"%s\", \"optim\": \"%s\", \"model_type\": \"%s\"}\n",
+          "\"variant\": \"%s\", \"optim\": \"%s\", \"model_type\": \"%s\", \"device\": \"%s\"}\n",
           rate, tokens_per_sample, static_cast<double>(real_tokens) / static_cast<double>(samples),
           model_flops / static_cast<double>(samples), model_rate, matmul_rate, mfu, precision, static_cast<long long>(steps),
-          static_cast<long long>(batch), threads, variant.key, optim.c_str(), model_type.c_str());
+          static_cast<long long>(batch), threads, variant.key, optim.c_str(), model_type.c_str(), device_name.c_str());
       continue;
     }
     if (variant.padding == mpibert::Padding::kFull) full_rate = rate;

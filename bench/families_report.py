@@ -46,7 +46,7 @@ def main():
     if hf:
         i = next(iter(hf.values()))
         print(f"\nsamples/s, mean over the rounds (min–max); batch {i['batch']}, {i['steps']} timed steps, "
-              f"{i['threads']} threads, fp32, {i['optim']}; mpibert/HF: mpibert's dynamic padding over HF's; "
+              f"{i['threads']} threads, {i.get('precision', 'fp32')} on {i.get('device', 'cpu')}, {i['optim']}; mpibert/HF: mpibert's dynamic padding over HF's; "
               f"family/bert-base: mpibert's dynamic padding. transformers {i['transformers']}, torch {i['torch']}.")
 
 

@@ -61,7 +61,7 @@ fi
 packages=(libspdlog-dev libspdlog1.10 libcli11-dev nlohmann-json3-dev libutf8proc-dev libutf8proc2)
 
 bin=${MPIBERT_BIN_DIR:-build/bin}
-programs=(mpibert mpibert-prep test_gpu)
+programs=(mpibert mpibert-prep test_gpu bench_train)
 if [ $binaries = 1 ]; then
   for b in "${programs[@]}"; do
     [ -x "$bin/$b" ] || { echo "gpu_bundle: $bin/$b not found: run bash scripts/build.sh first (or --no-binaries)" >&2; exit 1; }

@@ -16,6 +16,7 @@
 #        DistilBERT packed (distilbert-base throughput);
 #        every encoder family packed against the CPU (test_gpu GpuFamilies: RoBERTa, XLM-R and
 #        ELECTRA through the varlen kernels, DeBERTa feature by feature, ModernBERT's window);
+#        the families' speed beside HF's own models (bench/families.sh: families.md);
 #   3. then the rows that passed before: the rest of test_gpu; the fixture's tiny BERT (6 steps of
 #      global batch 24, gradient accumulation 2) on 1 rank against the CPU, 2 and 3 ranks x {ddp,
 #      zero1, zero2, fsdp} over NCCL (ranks sharing the GPU: MPIBERT_NCCL_SHARED_GPU), ddp and zero2
@@ -26,7 +27,7 @@
 # (or on SIGTERM) it writes what it has, names the rows it did not get to, and exits 0 (1 where a
 # finished row failed). `--device cpu` runs the checks on the CPU in the GPU's place (ctest
 # gpu_check.cpu). `--out DIR` (default: the work folder's out/) gets checks.md (the table so far),
-# throughput.md, kernels.md, env.json, unfinished.md (the rows not run) and, at the end,
+# throughput.md, kernels.md, families.md, env.json, unfinished.md (the rows not run) and, at the end,
 # logs.tar.gz.
 # `--skip-checks` leaves out the correctness rows, `--skip-throughput` the speed rows,
 # `--skip-peer` HF's Trainer. `--fake` replaces every row's command with a short stand-in (no GPU,
@@ -53,7 +54,7 @@
 #                         CMAKE_PREFIX_PATH = python3's torch.utils.cmake_prefix_path (LibTorch's
 #                         CMake config: needs the CUDA toolkit, /usr/local/cuda there) and
 #                         BUILD/deps/usr, NCCL backend ON when nccl.h is found; mpibert,
-#                         mpibert-prep and test_gpu built, nothing downloaded; LD_LIBRARY_PATH
+#                         mpibert-prep, test_gpu and bench_train built, nothing downloaded; LD_LIBRARY_PATH
 #                         names BUILD/deps' libraries for the runs
 #   --build-only          the same build, then stops (after checking that the programs' libraries
 #                         resolve)
@@ -115,7 +116,7 @@ if [ ${#targets[@]} -gt 0 ] || [ ${#cmake_options[@]} -gt 0 ]; then
   # The checks need all three programs, built as the project builds them.
   [ "$build" = only ] || { echo "gpu_check: --target and -D options go with --build-only" >&2; exit 2; }
 fi
-[ ${#targets[@]} -gt 0 ] || targets=(mpibert mpibert-prep test_gpu)
+[ ${#targets[@]} -gt 0 ] || targets=(mpibert mpibert-prep test_gpu bench_train)
 
 # refuse_writable DIR: dies when anyone but this user (or root) could change DIR or anything in it:
 # a file or folder writable by its group or by every user, or owned by another user (the bundle's
@@ -286,7 +287,7 @@ mkdir -p "$out"
 table=$work/table.tsv
 speeds=$out/throughput.md
 : > "$table"
-rm -f "$speeds" "$out/kernels.md" "$out/unfinished.md" "$out/logs.tar.gz"
+rm -f "$speeds" "$out/kernels.md" "$out/families.md" "$out/unfinished.md" "$out/logs.tar.gz"
 echo "$env_json" > "$out/env.json"
 started=$(date +%s)
 unfinished=()
@@ -591,6 +592,20 @@ gpu_tests_row() {  # FILTER NAME
   fi
 }
 
+# --- the encoder families beside HF's own models (bench/families.sh on the GPU) ---------------------
+# Each family's base config, mpibert dynamic and packed beside HF's model of the same config on the
+# same batches, bf16, batch 32, 20 timed steps; the table lands in --out as families.md.
+families_throughput_row() {
+  if BIN_DIR="$bin" PYTHON="$py" DEVICE=cuda PRECISION=bf16 BATCH=32 STEPS=20 ROUNDS=1 ARTICLES=0:12 THREADS=4 \
+      bash bench/families.sh > "$work/families.log" 2>&1; then
+    sed -n '/^| family/,$p' "$work/families.log" > "$out/families.md"
+    record "throughput: the encoder families beside HF's own models" "HF, same config and batches" \
+      "families.md ($(grep -c '^| [a-z]' "$out/families.md") families)" "-" 1
+  else
+    record "throughput: the encoder families beside HF's own models" "HF, same config and batches" "failed (families.log)" "-" 0
+  fi
+}
+
 # --- bert-base on the bundled features (the speed rows) --------------------------------------------
 prepare_bert() {
   [ -f "$work/bert-shards/manifest.json" ] ||
@@ -692,6 +707,7 @@ if [ "$checks" = 1 ]; then
 fi
 [ "$speed" = 0 ] || row distilbert-packed 150 throughput_row distilbert packed
 [ "$checks" = 0 ] || [ "$cuda" = 0 ] || row families-packed 180 gpu_tests_row 'Families/GpuFamilies.*' "the encoder families packed"
+[ "$speed" = 0 ] || [ "$peer" = 0 ] || row families-throughput 240 families_throughput_row
 if [ "$checks" = 1 ]; then
   [ "$cuda" = 0 ] || row gpu-tests 300 gpu_tests_row '-GpuStepGraphs.*:Families/GpuFamilies.*' "the rest of test_gpu"
   row against-cpu 90 against_cpu

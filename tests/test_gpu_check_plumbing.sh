@@ -24,7 +24,7 @@ GPU_CHECK_FAKE_SECONDS=0.01 check order > "$work/order.log" 2>&1 || { tail -20 "
 order=$(ids "$work/order/out/checks.md")
 last_pending=0 first_passed=1000
 for id in graphs throughput-packed throughput-packed-graphs hf-peer kernels-packed kernels-packed-graphs fp16 hsdp-groups-of-1 hsdp \
-          distilbert-packed families-packed; do
+          distilbert-packed families-packed families-throughput; do
   p=$(position "$order" "$id")
   [ -n "$p" ] || fail "row $id is missing: $(tr '\n' ' ' <<< "$order")"
   [ "$p" -lt "$last_pending" ] || last_pending=$p
