@@ -49,12 +49,12 @@ def main():
     # Token types only where the family embeds more than one (BERT, ELECTRA); mpibert's RoBERTa,
     # DistilBERT and DeBERTa-v3 ignore them or have none.
     with_types = getattr(model.config, "type_vocab_size", 0) > 1
+    keys = ("input_ids", "attention_mask", "start_positions", "end_positions") + (("token_type_ids",) if with_types else ())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=args.optim == "adamw_torch_fused")
     samples, tokens = 0, 0
     for step, batch in enumerate(dump["batches"]):
         if step == 1:
             start = time.perf_counter()  # step 0 warms up
-        keys = ("input_ids", "attention_mask", "start_positions", "end_positions") + (("token_type_ids",) if with_types else ())
         inputs = {key: torch.tensor(batch[key], device=device) for key in keys}
         with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16):
             loss = model(**inputs).loss
