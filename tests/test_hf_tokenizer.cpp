@@ -20,25 +20,8 @@ namespace {
 
 std::string fixture(const std::string& name) { return test::fixtures_dir() + "/tokenizers/" + name; }
 
-// The first line whose encoding differs, described; "" when every line agrees. Counts the texts.
 std::string first_difference(const HfTokenizer& tokenizer, const std::string& name, size_t& texts) {
-  texts = 0;
-  for (const std::string& line : test::read_lines(fixture(name) + "/encodings.jsonl.gz")) {
-    const nlohmann::json expected = nlohmann::json::parse(line);
-    const std::string text = expected["text"].get<std::string>();
-    const TokenizedText got = tokenizer.encode(text);
-    std::vector<std::array<int32_t, 2>> offsets;
-    for (const Span& span : got.offsets) offsets.push_back({span.begin, span.end});
-    const bool same = expected["ids"] == nlohmann::json(got.ids) && expected["tokens"] == nlohmann::json(got.tokens) &&
-                      expected["offsets"] == nlohmann::json(offsets);
-    if (!same)
-      return "text " + std::to_string(texts) + " " + nlohmann::json(text).dump().substr(0, 200) +
-             "\n  HF:   " + expected["tokens"].dump().substr(0, 400) + " " + expected["offsets"].dump().substr(0, 400) +
-             "\n  ours: " + nlohmann::json(got.tokens).dump().substr(0, 400) + " " +
-             nlohmann::json(offsets).dump().substr(0, 400);
-    ++texts;
-  }
-  return "";
+  return test::first_encoding_difference(tokenizer, fixture(name) + "/encodings.jsonl.gz", texts);
 }
 
 // A copy of the fixture's directory with only the slow tokenizer's files and the configuration.

@@ -17,6 +17,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/data/shard_building.hpp"
+#include "mpibert/text/hf_tokenizer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -162,6 +163,26 @@ bool has_zero_true_gradient(const std::string& name, int64_t num_hidden_layers) 
   return ends_with("qa_outputs.bias") || name == "classifier.bias" || ends_with("attention.self.key.bias") ||
          ends_with(last_layer + "output.LayerNorm.bias") || ends_with("attention.k_lin.bias") ||
          ends_with(last_layer + "output_layer_norm.bias");  // DistilBERT's names
+}
+
+std::string first_encoding_difference(const HfTokenizer& tokenizer, const std::string& encodings, size_t& texts) {
+  texts = 0;
+  for (const std::string& line : read_lines(encodings)) {
+    const nlohmann::json expected = nlohmann::json::parse(line);
+    const std::string text = expected["text"].get<std::string>();
+    const TokenizedText got = tokenizer.encode(text);
+    std::vector<std::array<int32_t, 2>> offsets;
+    for (const Span& span : got.offsets) offsets.push_back({span.begin, span.end});
+    const bool same = expected["ids"] == nlohmann::json(got.ids) && expected["tokens"] == nlohmann::json(got.tokens) &&
+                      expected["offsets"] == nlohmann::json(offsets);
+    if (!same)
+      return "text " + std::to_string(texts) + " " + nlohmann::json(text).dump().substr(0, 200) +
+             "\n  HF:   " + expected["tokens"].dump().substr(0, 400) + " " + expected["offsets"].dump().substr(0, 400) +
+             "\n  ours: " + nlohmann::json(got.tokens).dump().substr(0, 400) + " " +
+             nlohmann::json(offsets).dump().substr(0, 400);
+    ++texts;
+  }
+  return "";
 }
 
 }  // namespace mpibert::test

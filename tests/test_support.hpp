@@ -63,6 +63,10 @@ std::string write_other_vocab(const std::string& path);
 void prepare_shards(const std::string& dir, const std::string& input, int64_t first, int64_t count,
                     const std::string& split = "eval", const std::string& tokenizer = "");
 std::vector<std::string> read_lines(const std::string& path);  // plain or gzip
+// The first line of `encodings` (JSON lines {"text", "ids", "tokens", "offsets"} that HF's
+// tokenizer(text, add_special_tokens=False) gave) whose encoding by `tokenizer` differs, described;
+// "" when every line agrees. `texts` counts the lines that agree.
+std::string first_encoding_difference(const HfTokenizer& tokenizer, const std::string& encodings, size_t& texts);
 
 // BERT QA parameters whose gradient is zero in exact arithmetic: the softmax over positions ignores
 // a shift shared by every position (qa_outputs.bias, and the last layer's output LayerNorm bias,

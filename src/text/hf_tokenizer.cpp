@@ -7,6 +7,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "tokenizer_files.hpp"
+#include "tokenizer_json_upgrade.hpp"
 #include "tokenizer_parts.hpp"
 
 namespace fs = std::filesystem;
@@ -101,6 +102,8 @@ struct TokenizerReader {
     if (t.post_processor_) {
       t.single_ = t.post_processor_->single();
       t.pair_ = t.post_processor_->pair();
+    } else {
+      t.pair_.second_type = 1;  // tokenizers encodes a pair's second sequence with type id 1
     }
     const nlohmann::json* padding = tp::component(json, "padding");
     if (padding && padding->is_object() && padding->contains("pad_id") && (*padding)["pad_id"].is_number_integer())
@@ -153,7 +156,7 @@ void HfTokenizer::add_token(const tp::AddedToken& token, bool update) {
 }
 
 HfTokenizer HfTokenizer::from_json(const nlohmann::json& json, const std::string& origin) {
-  return TokenizerReader::read(json, origin);
+  return TokenizerReader::read(tp::upgraded_tokenizer_json(json, origin), origin);
 }
 
 namespace {
@@ -199,12 +202,11 @@ void save_tokenizer_files(const std::string& path, const std::string& dir) {
   if (fs::is_directory(path)) {
     for (const std::string& name : tokenizer_file_names())
       if (fs::exists(fs::path(path) / name)) copy((fs::path(path) / name).string(), name);
-  } else if (ends_with(path, ".json")) {
-    copy(path, "tokenizer.json");
   } else {
-    copy(path, "vocab.txt");
-    write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), "{\n  \"do_lower_case\": true\n}\n");
+    copy(path, ends_with(path, ".json") ? "tokenizer.json" : "vocab.txt");
   }
+  const nlohmann::json config = tp::config_for_copy(path);
+  if (!config.is_null()) write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n");
 }
 
 TokenizedText HfTokenizer::encode(std::string_view text, bool with_tokens) const {

@@ -154,14 +154,12 @@ class PreTokenizerSequence final : public PreTokenizer {
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 
+// tokenizers 0.22's prepend_scheme (the file upgraded from add_prefix_space: tokenizer_json_upgrade).
 Metaspace::Prepend prepend_scheme(const nlohmann::json& json, const Where& where) {
-  const bool add_prefix_space = bool_field(json, where, "add_prefix_space", true);
-  std::string scheme = json.value("prepend_scheme", std::string("always"));
-  if (json.contains("add_prefix_space") && !add_prefix_space) {
-    if (json.contains("prepend_scheme") && scheme != "never")
-      refuse(where.at("add_prefix_space"), "false does not match prepend_scheme \"" + scheme + "\"");
-    scheme = "never";
-  }
+  const auto it = json.find("prepend_scheme");
+  if (it == json.end() || it->is_null()) return Metaspace::Prepend::kAlways;
+  if (!it->is_string()) refuse(where.at("prepend_scheme"), "must be a string");
+  const std::string scheme = it->get<std::string>();
   if (scheme == "always") return Metaspace::Prepend::kAlways;
   if (scheme == "first") return Metaspace::Prepend::kFirst;
   if (scheme == "never") return Metaspace::Prepend::kNever;

@@ -160,14 +160,11 @@ nlohmann::json normalizer_of(const SentencePieceFile& file, TokenizerClass token
   return {{"type", "Sequence"}, {"normalizers", std::move(list)}};
 }
 
+// DebertaV2Converter's and XLMRobertaConverter's Metaspace: their slow classes have neither
+// add_prefix_space nor legacy, so SpmConverter's defaults hold whatever tokenizer_config.json says.
 nlohmann::json pre_tokenizer_of(TokenizerClass tokenizer_class, const nlohmann::json& config) {
-  std::string prepend_scheme = "always";
-  if (!config.value("add_prefix_space", true))
-    prepend_scheme = "never";
-  else if (!config.value("legacy", true))
-    prepend_scheme = "first";
   const nlohmann::json metaspace = {
-      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", prepend_scheme}, {"split", true}};
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
   if (tokenizer_class != TokenizerClass::kDebertaV2) return metaspace;
   nlohmann::json list = nlohmann::json::array();
   if (config.value("split_by_punct", false)) list.push_back({{"type", "Punctuation"}, {"behavior", "Isolated"}});

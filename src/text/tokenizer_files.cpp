@@ -4,13 +4,16 @@
 // it on loading.
 #include "tokenizer_files.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/text/normalized_text.hpp"
+#include "tokenizer_json_upgrade.hpp"
 
 namespace fs = std::filesystem;
 
@@ -28,20 +31,41 @@ nlohmann::json parse_json_file(const std::string& path) {
   }
 }
 
-// tokenizer_config.json, its special tokens overridden by special_tokens_map.json's as
-// from_pretrained does.
-nlohmann::json read_config(const std::string& dir) {
-  nlohmann::json config = nlohmann::json::object();
-  if (exists(dir, "tokenizer_config.json")) {
-    config = parse_json_file(in(dir, "tokenizer_config.json"));
-    if (!config.is_object()) throw InputError(describe(in(dir, "tokenizer_config.json"), "", "must be a JSON object"));
+nlohmann::json read_object(const std::string& dir, const char* name) {
+  const nlohmann::json json = parse_json_file(in(dir, name));
+  if (!json.is_object()) throw InputError(describe(in(dir, name), "", "must be a JSON object"));
+  return json;
+}
+
+// special_tokens_map.json as transformers' legacy path reads it: its tokens override the config's
+// (its objects made special; its additional_special_tokens added to the config's).
+void apply_special_tokens_map(const std::string& dir, nlohmann::json& config) {
+  if (!exists(dir, "special_tokens_map.json")) return;
+  const nlohmann::json map = read_object(dir, "special_tokens_map.json");
+  for (const auto& item : map.items()) {
+    const std::string& key = item.key();
+    nlohmann::json value = item.value();
+    if (value.is_object()) value["special"] = true;
+    if (key != "additional_special_tokens" || !value.is_array()) {
+      config[key] = value;
+      continue;
+    }
+    nlohmann::json& additional = config["additional_special_tokens"];
+    if (!additional.is_array()) additional = nlohmann::json::array();
+    for (nlohmann::json token : value) {
+      if (token.is_object()) token["special"] = true;
+      if (std::find(additional.begin(), additional.end(), token) == additional.end()) additional.push_back(token);
+    }
   }
-  if (exists(dir, "special_tokens_map.json")) {
-    const nlohmann::json map = parse_json_file(in(dir, "special_tokens_map.json"));
-    if (!map.is_object()) throw InputError(describe(in(dir, "special_tokens_map.json"), "", "must be a JSON object"));
-    for (const auto& [key, value] : map.items()) config[key] = value;
-  }
-  return config;
+}
+
+// tokenizer_config.json; where it has no added_tokens_decoder, transformers' legacy files too
+// (from_pretrained ignores them otherwise): special_tokens_map.json and added_tokens.json.
+void read_config(const std::string& dir, TokenizerFiles& files) {
+  if (exists(dir, "tokenizer_config.json")) files.config = read_object(dir, "tokenizer_config.json");
+  if (files.config.contains("added_tokens_decoder")) return;
+  apply_special_tokens_map(dir, files.config);
+  if (exists(dir, "added_tokens.json")) files.legacy_added_tokens = read_object(dir, "added_tokens.json");
 }
 
 TokenizerClass class_named(std::string name) {
@@ -60,6 +84,36 @@ TokenizerClass class_of_files(const std::string& dir) {
   if (exists(dir, "spm.model")) return TokenizerClass::kDebertaV2;
   if (exists(dir, "sentencepiece.bpe.model")) return TokenizerClass::kXlmRoberta;
   return TokenizerClass::kOther;
+}
+
+// The tokenizer class TOKENIZER_MAPPING gives a model_type ("" for one mpibert does not know).
+std::string class_of_model_type(const std::string& model_type) {
+  static const std::map<std::string, std::string> classes = {{"bert", "BertTokenizerFast"},
+                                                             {"distilbert", "DistilBertTokenizerFast"},
+                                                             {"electra", "ElectraTokenizerFast"},
+                                                             {"roberta", "RobertaTokenizerFast"},
+                                                             {"xlm-roberta", "XLMRobertaTokenizerFast"},
+                                                             {"deberta-v2", "DebertaV2TokenizerFast"},
+                                                             {"modernbert", "PreTrainedTokenizerFast"}};
+  const auto it = classes.find(model_type);
+  return it == classes.end() ? "" : it->second;
+}
+
+// AutoTokenizer's choice of class: tokenizer_config.json's tokenizer_class, else config.json's,
+// else the class of config.json's model_type. A directory with none of them (transformers refuses
+// it) is read by its slow files where it has no tokenizer.json, as PreTrainedTokenizerFast where
+// it has one.
+std::string class_name_of(const std::string& dir, const nlohmann::json& config) {
+  if (config.contains("tokenizer_class") && config["tokenizer_class"].is_string())
+    return config["tokenizer_class"].get<std::string>();
+  if (exists(dir, "config.json")) {
+    const nlohmann::json model_config = read_object(dir, "config.json");
+    if (model_config.contains("tokenizer_class") && model_config["tokenizer_class"].is_string())
+      return model_config["tokenizer_class"].get<std::string>();
+    if (model_config.contains("model_type") && model_config["model_type"].is_string())
+      return class_of_model_type(model_config["model_type"].get<std::string>());
+  }
+  return "";
 }
 
 const char* kConverted =
@@ -154,20 +208,73 @@ std::string config_token(const nlohmann::json& config, const char* key, const st
 
 TokenizerFiles read_tokenizer_files(const std::string& dir) {
   TokenizerFiles files;
-  files.config = read_config(dir);
-  if (files.config.contains("tokenizer_class") && files.config["tokenizer_class"].is_string())
-    files.tokenizer_class = class_named(files.config["tokenizer_class"].get<std::string>());
+  read_config(dir, files);
+  files.class_name = class_name_of(dir, files.config);
+  if (!files.class_name.empty())
+    files.tokenizer_class = class_named(files.class_name);
   else if (!exists(dir, "tokenizer.json"))
     files.tokenizer_class = class_of_files(dir);
   if (exists(dir, "tokenizer.json")) {
     files.origin = in(dir, "tokenizer.json");
-    files.tokenizer = parse_json_file(files.origin);
+    files.tokenizer = upgraded_tokenizer_json(parse_json_file(files.origin), files.origin);
     return files;
   }
   auto [tokenizer, names] = convert_slow(dir, files);
   files.tokenizer = std::move(tokenizer);
   files.origin = dir + " (" + names + ")";
   return files;
+}
+
+namespace {
+
+const char* class_of(TokenizerClass tokenizer_class) {
+  switch (tokenizer_class) {
+    case TokenizerClass::kBert: return "BertTokenizer";
+    case TokenizerClass::kRoberta: return "RobertaTokenizer";
+    case TokenizerClass::kDebertaV2: return "DebertaV2Tokenizer";
+    case TokenizerClass::kXlmRoberta: return "XLMRobertaTokenizer";
+    case TokenizerClass::kOther: break;
+  }
+  return "PreTrainedTokenizerFast";
+}
+
+// A lone tokenizer.json as Tokenizer.from_file reads it, written as a PreTrainedTokenizerFast's
+// config: the base class sets the pre-tokenizer's add_prefix_space (false unless given), and each
+// special token named is one the file already has, so that naming it adds nothing.
+nlohmann::json config_for_lone_file(const std::string& path) {
+  const nlohmann::json tokenizer = upgraded_tokenizer_json(parse_json_file(path), path);
+  nlohmann::json config = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
+  const nlohmann::json pre = tokenizer.value("pre_tokenizer", nlohmann::json());
+  if (pre.is_object() && pre.contains("add_prefix_space")) config["add_prefix_space"] = pre["add_prefix_space"];
+  const std::vector<std::pair<const char*, std::vector<const char*>>> names = {{"unk_token", {"[UNK]", "<unk>"}},
+                                                                               {"sep_token", {"[SEP]", "</s>"}},
+                                                                               {"pad_token", {"[PAD]", "<pad>"}},
+                                                                               {"cls_token", {"[CLS]", "<s>"}},
+                                                                               {"mask_token", {"[MASK]", "<mask>"}}};
+  const nlohmann::json added = tokenizer.value("added_tokens", nlohmann::json::array());
+  for (const auto& [key, candidates] : names)
+    for (const char* candidate : candidates) {
+      const bool special = std::any_of(added.begin(), added.end(), [&](const nlohmann::json& token) {
+        return token.is_object() && token.value("content", std::string()) == candidate && token.value("special", false);
+      });
+      if (special && !config.contains(key)) config[key] = candidate;
+    }
+  return config;
+}
+
+}  // namespace
+
+nlohmann::json config_for_copy(const std::string& source) {
+  if (!fs::is_directory(source)) {
+    if (source.size() >= 5 && source.compare(source.size() - 5, 5, ".json") == 0) return config_for_lone_file(source);
+    return {{"do_lower_case", true}, {"tokenizer_class", "BertTokenizer"}};  // a vocab.txt: BertTokenizer's, uncased
+  }
+  nlohmann::json config = exists(source, "tokenizer_config.json") ? read_object(source, "tokenizer_config.json")
+                                                                  : nlohmann::json::object();
+  if (config.contains("tokenizer_class")) return nullptr;
+  const TokenizerFiles files = read_tokenizer_files(source);
+  config["tokenizer_class"] = files.class_name.empty() ? class_of(files.tokenizer_class) : files.class_name;
+  return config;
 }
 
 void apply_class_settings(nlohmann::json& tokenizer, const TokenizerFiles& files) {
@@ -188,18 +295,12 @@ void apply_class_settings(nlohmann::json& tokenizer, const TokenizerFiles& files
   }
 }
 
-ConfigTokens config_added_tokens(const TokenizerFiles& files) {
-  ConfigTokens tokens;
+namespace {
+
+// The special tokens' values in the config (bos, eos, unk, sep, pad, cls, mask, additional), the
+// class's defaults for those it does not set.
+std::vector<nlohmann::json> special_token_values(const TokenizerFiles& files) {
   const nlohmann::json& config = files.config;
-  if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
-    std::vector<std::pair<long, AddedToken>> decoder;
-    for (const auto& [index, value] : config["added_tokens_decoder"].items()) {
-      const std::string where = "tokenizer_config.json: added_tokens_decoder." + index;
-      decoder.emplace_back(std::strtol(index.c_str(), nullptr, 10), added_token_of(value, where));
-    }
-    std::stable_sort(decoder.begin(), decoder.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& [index, token] : decoder) tokens.decoder.push_back(std::move(token));
-  }
   std::vector<nlohmann::json> specials;
   for (const auto& [key, otherwise] : default_special_tokens(files.tokenizer_class)) {
     if (config.contains(key) && !config[key].is_null())
@@ -209,16 +310,54 @@ ConfigTokens config_added_tokens(const TokenizerFiles& files) {
   }
   if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array())
     for (const nlohmann::json& value : config["additional_special_tokens"]) specials.push_back(value);
+  return specials;
+}
+
+// added_tokens_decoder's tokens, or added_tokens.json's on the legacy path, by index. A token is
+// special when it says so or the config names it; one whose file does not say whether it is
+// normalized is normalized unless special (tokenizers' AddedToken decides when it is added).
+std::vector<AddedToken> decoder_tokens(const TokenizerFiles& files, const std::set<std::string>& special_names) {
+  std::vector<std::pair<long, AddedToken>> decoder;
+  const nlohmann::json& config = files.config;
+  if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
+    for (const auto& [index, value] : config["added_tokens_decoder"].items()) {
+      AddedToken token = added_token_of(value, "tokenizer_config.json: added_tokens_decoder." + index);
+      token.special = token.special || special_names.count(token.content) > 0;
+      if (!value.is_object() || !value.contains("normalized")) token.normalized = !token.special;
+      decoder.emplace_back(std::strtol(index.c_str(), nullptr, 10), std::move(token));
+    }
+  }
+  for (const auto& [content, index] : files.legacy_added_tokens.items()) {
+    if (!index.is_number_integer())
+      throw InputError(describe("added_tokens.json", content, "must map the token to its id (a whole number)"));
+    AddedToken token;
+    token.content = content;
+    token.special = special_names.count(content) > 0;
+    token.normalized = !token.special;
+    decoder.emplace_back(index.get<long>(), std::move(token));
+  }
+  std::stable_sort(decoder.begin(), decoder.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<AddedToken> tokens;
+  for (auto& [index, token] : decoder) tokens.push_back(std::move(token));
+  return tokens;
+}
+
+}  // namespace
+
+ConfigTokens config_added_tokens(const TokenizerFiles& files) {
+  const std::vector<nlohmann::json> specials = special_token_values(files);
+  std::set<std::string> special_names;
+  for (const nlohmann::json& value : specials) special_names.insert(added_token_of(value, "tokenizer_config.json").content);
+  ConfigTokens tokens;
+  tokens.decoder = decoder_tokens(files, special_names);
   const bool roberta_mask = files.tokenizer_class == TokenizerClass::kRoberta ||
                             files.tokenizer_class == TokenizerClass::kXlmRoberta;
-  const std::string mask = config_token(config, "mask_token", roberta_mask ? "<mask>" : "");
+  const std::string mask = config_token(files.config, "mask_token", roberta_mask ? "<mask>" : "");
   for (const nlohmann::json& value : specials) {
     AddedToken token = added_token_of(value, "tokenizer_config.json");
     token.special = true;
-    if (value.is_string()) {
-      token.normalized = false;
-      token.lstrip = roberta_mask && token.content == mask;  // the classes' own AddedToken for <mask>
-    }
+    if (value.is_string()) token.lstrip = roberta_mask && token.content == mask;  // the classes' own AddedToken for <mask>
+    if (!value.is_object() || !value.contains("normalized")) token.normalized = false;
     tokens.special.push_back(std::move(token));
   }
   return tokens;

@@ -25,6 +25,8 @@ struct TokenizerFiles {
   std::string origin;                                // the tokenizer.json, or "DIR (vocab.json + merges.txt)", for messages
   nlohmann::json config = nlohmann::json::object();  // tokenizer_config.json, with special_tokens_map.json's tokens
   TokenizerClass tokenizer_class = TokenizerClass::kOther;
+  std::string class_name;  // the class transformers' AutoTokenizer takes, "" where it finds none
+  nlohmann::json legacy_added_tokens = nlohmann::json::object();  // added_tokens.json, where transformers reads it
 };
 
 // A token read from a text or protobuf file (vocab.txt, merges.txt, a SentencePiece piece) is
@@ -34,6 +36,14 @@ void require_utf8(const std::string& token, const std::string& file, const std::
 // The files of model directory `dir`. An InputError names the directory when it has none that
 // mpibert reads, and the file when one cannot be read.
 TokenizerFiles read_tokenizer_files(const std::string& dir);
+
+// The tokenizer_config.json that a copy of the tokenizer read from `source` (a model directory, a
+// lone tokenizer.json or a vocab.txt) needs so that it reloads, in mpibert and in transformers, to
+// exactly that tokenizer wherever it is copied: a run directory has a config.json of its own, whose
+// model_type would otherwise choose the class. The source's own config with the class it was read
+// as (null where it names its class already); for a lone tokenizer.json, PreTrainedTokenizerFast with the pre-tokenizer's own
+// add_prefix_space (the class's default would change it) and the special tokens it already has.
+nlohmann::json config_for_copy(const std::string& source);
 
 // tokenizer.json changed as the class's fast tokenizer changes its backend on loading.
 void apply_class_settings(nlohmann::json& tokenizer, const TokenizerFiles& files);

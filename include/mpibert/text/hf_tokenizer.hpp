@@ -86,9 +86,10 @@ class HfTokenizer {
 };
 
 // Writes the files of the tokenizer HfTokenizer::load(path) reads into `dir` (created), as a
-// model directory holds them, so that transformers' AutoTokenizer loads the same tokenizer from
-// there: a directory's tokenizer files, a tokenizer.json, or a vocab.txt with a
-// tokenizer_config.json saying do_lower_case.
+// model directory holds them, so that HfTokenizer::load(dir) and transformers' AutoTokenizer load
+// exactly that tokenizer from there, beside whatever config.json the directory has: a directory's
+// tokenizer files, a tokenizer.json or a vocab.txt, with a tokenizer_config.json naming the class
+// each was read as (and, for a lone tokenizer.json, its pre-tokenizer's add_prefix_space).
 void save_tokenizer_files(const std::string& path, const std::string& dir);
 
 }  // namespace mpibert
