@@ -148,5 +148,20 @@ TEST(RunDirectoryCopy, ADirectoryWithoutAClassReloadsAsItself) {
             "PreTrainedTokenizerFast");
 }
 
+// A legacy file that is not what transformers reads is named, with the entry and the problem.
+TEST(LegacyFiles, BadAddedTokensAndSpecialTokensMapAreNamed) {
+  test::TempDir dir;
+  fs::copy_file(test::fixtures_dir() + "/tokenizers/roberta/tokenizer.json", dir.file("tokenizer.json"));
+  test::write_text(dir.file("added_tokens.json"), R"({"<new>": "seven"})");
+  std::string message = test::error_of([&] { HfTokenizer::load(dir.path()); });
+  EXPECT_NE(message.find(dir.file("added_tokens.json") + ": <new>: must map the token to its id"), std::string::npos) << message;
+  test::write_text(dir.file("added_tokens.json"), R"({"<new>": 5000})");
+  test::write_text(dir.file("special_tokens_map.json"), R"(["<mask>"])");
+  message = test::error_of([&] { HfTokenizer::load(dir.path()); });
+  EXPECT_NE(message.find(dir.file("special_tokens_map.json") + ": must be a JSON object"), std::string::npos) << message;
+  fs::remove(dir.file("special_tokens_map.json"));
+  EXPECT_EQ(HfTokenizer::load(dir.path()).token_to_id("<new>"), std::optional<int32_t>(5000));
+}
+
 }  // namespace
 }  // namespace mpibert

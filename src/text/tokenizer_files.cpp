@@ -65,7 +65,12 @@ void read_config(const std::string& dir, TokenizerFiles& files) {
   if (exists(dir, "tokenizer_config.json")) files.config = read_object(dir, "tokenizer_config.json");
   if (files.config.contains("added_tokens_decoder")) return;
   apply_special_tokens_map(dir, files.config);
-  if (exists(dir, "added_tokens.json")) files.legacy_added_tokens = read_object(dir, "added_tokens.json");
+  if (!exists(dir, "added_tokens.json")) return;
+  files.legacy_added_tokens = read_object(dir, "added_tokens.json");
+  for (const auto& [content, index] : files.legacy_added_tokens.items())
+    if (!index.is_number_integer() || index.get<int64_t>() < 0 || index.get<int64_t>() > kMaxTokenId)
+      throw InputError(describe(in(dir, "added_tokens.json"), content,
+                                "must map the token to its id, a whole number from 0 to " + std::to_string(kMaxTokenId)));
 }
 
 TokenizerClass class_named(std::string name) {
@@ -328,8 +333,6 @@ std::vector<AddedToken> decoder_tokens(const TokenizerFiles& files, const std::s
     }
   }
   for (const auto& [content, index] : files.legacy_added_tokens.items()) {
-    if (!index.is_number_integer())
-      throw InputError(describe("added_tokens.json", content, "must map the token to its id (a whole number)"));
     AddedToken token;
     token.content = content;
     token.special = special_names.count(content) > 0;
