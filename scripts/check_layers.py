@@ -24,14 +24,14 @@ import sys
 
 LAYERS = {
     "core": [],                                          # errors, files, UTF-8, logging, process, time
-    "text": ["core"],                                    # the WordPiece tokenizer
+    "text": ["core"],                                    # the tokenizers: HF's tokenizer.json, slow files converted
     "data": ["core", "text"],                            # SQuAD, features, shards, sampler, batches
     "runtime": ["core"],                                 # the MPI session, host collectives, peers, placement, devices
     "comm": ["core", "runtime"],                         # the Communicator: MPI and NCCL backends, the ring
     "nn": ["core"],                                      # the model interface: the QA model, its description, safetensors
     "optim": ["core"],                                   # the optimizer kit: AdamW, learning-rate schedules, the loss scaler
     "parallel": ["core", "runtime", "comm", "nn", "optim"],  # the data-parallel strategies, knowing no BERT
-    "model": ["core", "text", "nn"],                     # BERT-QA, HF model dirs, FLOPs
+    "model": ["core", "text", "nn"],                     # the QA model and its encoder families, HF model dirs, FLOPs
     "eval": ["core", "text", "data", "runtime", "nn"],    # the model on batches, evaluation, answer extraction, the metrics
     "report": ["core"],                                  # the trackers: their interface, MLflow over REST, the W&B companion
     "train": ["core", "text", "data", "runtime", "comm", "nn", "optim", "parallel", "model", "eval", "report"],  # the trainer

@@ -1,5 +1,5 @@
 // Run by ctest under `mpiexec -n 1|2|3`: the MPI Communicator (tensor collectives on a worker
-// thread) and the host collectives of comm.hpp give exactly the closed-form results whatever the
+// thread) and the host collectives of host_collectives.hpp give exactly the closed-form results whatever the
 // rank count. Values are chosen so that every partial sum is exactly representable: results are
 // compared for equality, not within a tolerance.
 //
@@ -448,7 +448,7 @@ TEST_P(CommTest, Bf16SumsRoundOncePerAdditionAndAgreeOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, CommTest, ::testing::Values(MpiAlgorithm::kOpenMpi, MpiAlgorithm::kRing),
                          [](const auto& info) { return std::string(mpi_algorithm_name(info.param)); });
 
-// ---- Host collectives (comm.hpp) ----
+// ---- Host collectives (host_collectives.hpp) ----
 
 class HostCollectives : public ::testing::Test {
  protected:

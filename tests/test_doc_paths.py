@@ -9,17 +9,27 @@
   results/container-main, run folders) and templates with capitalized placeholders (jobs/JOB.sbatch, RUN/results.json).
 - Every relative Markdown link of those files points at a file that exists, and its #anchor at one
   of that file's headings (GitHub's anchors).
+- Every file that a comment of the sources names exists in the repository (committed, or untracked
+  and not ignored). The comments are those of src/, include/, tests/ and scripts/: C++ `//` and
+  `/* */`, Python `#` and docstrings, shell and CMake `#`. A name is a word ending in a source
+  extension (.cpp, .hpp, .py, .sh, ..., with or without folders), found when a file of the repository is
+  that path or ends with it, or a word starting with one of the repository's folders, which must be
+  that path. Left out: what runs make and placeholders (as above), and the files of other projects
+  that comments cite (OTHER_PROJECTS: HF's run_qa.py, CUDA's headers, TensorBoard's protos).
 - The README's ```bash blocks: a script run as `bash X` exists; a program invoked directly (the
   first word of a command, after `$(`, `&&`, `|`, `;`, or the program `mpirun`/`srun` starts) exists
   and is executable (under build/bin/ only once built: skipped with a message otherwise); and
   every option of the README's `build/bin/mpibert train` commands is one that
   `build/bin/mpibert train --help` lists (skipped with a message when build/bin/mpibert is not built).
 """
+import ast
+import io
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import tokenize
 import unittest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -31,6 +41,14 @@ MADE_BY_RUNS = ("build/", ".venv", "bench/.venv-hf", "results/main/", "results/s
 PLACEHOLDER = re.compile(r"(^|[/-])[A-Z][A-Z_]+([/.-]|$)")  # JOB, RUN, STRATEGY, NRANKSr...
 JOB_FILE = re.compile(r"^[\w.-]+\.(sh|sbatch|toml|env)$")
 LAUNCHERS = ("mpirun", "mpiexec", "srun")
+SOURCE_FOLDERS = ("src", "include", "tests", "scripts")
+SOURCE_NAME = re.compile(r"(?<![\w./$-])((?:[\w.-]+/)*[\w-]+\.(?:cpp|hpp|h|cc|py|sh|proto|cmake|sbatch))(?![\w/])")
+# Files of other projects that comments cite (HF's examples and library, CUDA, NCCL, fmt, spdlog,
+# TensorBoard, LibTorch's CMake package): not the repository's.
+OTHER_PROJECTS = {"run_qa.py", "utils_qa.py", "optimization.py", "transformers/optimization.py", "cuda_runtime.h",
+                  "cuda_runtime_api.h", "crt/host_config.h", "cuda_fp16.h", "nccl.h", "fmt/fmt.h", "tweakme.h",
+                  "TorchConfig.cmake", "event.proto", "summary.proto", "tensor.proto", "struct.proto",
+                  "plugins/hparams/plugin_data.proto"}
 MPIBERT = "build/bin/mpibert"
 
 
@@ -124,6 +142,99 @@ def ignored_by_git(paths):
     if found.returncode not in (0, 1):  # 1: none ignored
         raise RuntimeError(f"git check-ignore failed: {found.stderr}")
     return sorted(found.stdout.split())
+
+
+def repository_files():
+    """The repository's files as a clone would have them: tracked, or untracked and not ignored."""
+    if not (ROOT / ".git").exists():
+        skip_notice("not a git checkout: the repository's files are those on disk, build outputs left out")
+        files = []
+        for folder, subfolders, names in os.walk(ROOT):
+            subfolders[:] = [d for d in subfolders if not d.startswith(("build", ".venv", ".git", "__pycache__"))]
+            files += [str((pathlib.Path(folder) / n).relative_to(ROOT)) for n in names]
+        return sorted(files)
+    found = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
+                           capture_output=True, text=True, check=True)
+    return sorted(f for f in found.stdout.splitlines() if (ROOT / f).is_file())
+
+
+def comments(path, text):
+    """(line, text) of each comment of a source file (docstrings count as Python's comments)."""
+    if path.endswith((".cpp", ".hpp", ".h", ".cc", ".proto")):
+        for number, line in enumerate(text.splitlines(), 1):
+            found = re.search(r"(?<![:\"\\])//(.*)$", line)
+            if found:
+                yield number, found.group(1)
+        for found in re.finditer(r"/\*(.*?)\*/", text, re.S):
+            yield text.count("\n", 0, found.start()) + 1, found.group(1)
+    elif path.endswith(".py"):
+        try:
+            for token in tokenize.generate_tokens(io.StringIO(text).readline):
+                if token.type == tokenize.COMMENT:
+                    yield token.start[0], token.string
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node):
+                    yield getattr(node, "lineno", 1), ast.get_docstring(node)
+        except (SyntaxError, tokenize.TokenError):
+            return
+    elif path.endswith((".sh", ".cmake", ".sbatch")) or path.endswith("CMakeLists.txt"):
+        for number, line in enumerate(text.splitlines(), 1):
+            found = re.search(r"(?:^|\s)#(?!!)(.*)$", line)
+            if found:
+                yield number, found.group(1)
+
+
+def names_in_comment(comment):
+    """The files a comment names: words with a source extension, and words that start with a folder."""
+    names = {re.sub(r"^(\.\.?/)+", "", name) for name in SOURCE_NAME.findall(comment)}
+    for word in comment.split():
+        word = re.sub(r"'s$", "", word.strip("\"'(),;:`[].")).strip("\"'(),;:`[].")
+        if (word + "/").startswith(FOLDERS) and not re.search(r"[*?{}<>$]", word):
+            names.add(word.rstrip("/"))
+    return {n for n in names if not (n + "/").startswith(MADE_BY_RUNS)
+            and not PLACEHOLDER.search(n.replace("README", "readme")) and n not in OTHER_PROJECTS}
+
+
+def stale_pointers(files, read=lambda f: (ROOT / f).read_text(encoding="utf-8")):
+    """'FILE:LINE: NAME' for each name a source comment gives that no file of `files` is or ends with."""
+    present = set(files) | {d for f in files for d in (str(p) for p in pathlib.PurePath(f).parents)}
+    suffixes = {f.split("/", i)[-1] for f in files for i in range(f.count("/") + 1)}
+    stale = []
+    for path in files:
+        if not path.startswith(tuple(folder + "/" for folder in SOURCE_FOLDERS)):
+            continue
+        try:
+            text = read(path)
+        except (UnicodeDecodeError, OSError):
+            continue  # binary fixtures
+        for number, comment in comments(path, text):
+            for name in sorted(names_in_comment(comment)):
+                if (name + "/").startswith(FOLDERS):
+                    if name not in present and name + ".md" not in present:  # "jobs/README's" for its README.md
+                        stale.append(f"{path}:{number}: {name}")
+                elif name not in suffixes:
+                    stale.append(f"{path}:{number}: {name}")
+    return sorted(stale)
+
+
+class SourceComments(unittest.TestCase):
+    def test_every_file_a_comment_names_exists(self):
+        files = repository_files()
+        self.assertGreater(len(files), 100, "the repository's files were not found")
+        self.assertEqual(stale_pointers(files), [], "source comments name files that do not exist")
+
+    def test_the_pattern_finds_names_and_leaves_out_others(self):
+        sources = {
+            "src/a/real.cpp": "// see model/real.hpp and real.cpp; HF's run_qa.py; RUN/results.json, build/bin/x\n"
+                              "int x = 1;  // gone.hpp, src/a/gone.cpp (tests/*.cpp)\nstd::string u = \"http://x.y/z.py\";\n",
+            "include/model/real.hpp": "/* the reader\n  (old_name.hpp) */\n#include \"nowhere.hpp\"\n",
+            "scripts/s.sh": "echo ${#list[@]}  # runs scripts/missing.sh, then \"$dir/env.sh\"\n",
+            "tests/t.py": '"""Writes fixture.py\'s files."""\nx = "# not.py"  # but old.py\n',
+        }
+        self.assertEqual(stale_pointers(sorted(sources), read=sources.get),
+                         ["include/model/real.hpp:1: old_name.hpp", "scripts/s.sh:1: scripts/missing.sh",
+                          "src/a/real.cpp:2: gone.hpp", "src/a/real.cpp:2: src/a/gone.cpp", "tests/t.py:1: fixture.py",
+                          "tests/t.py:2: old.py"])
 
 
 class DocumentedPaths(unittest.TestCase):

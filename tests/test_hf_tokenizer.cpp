@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpibert/core/error.hpp"
+#include "mpibert/core/io.hpp"
 #include "mpibert/text/hf_tokenizer.hpp"
 #include "test_support.hpp"
 
@@ -143,6 +144,148 @@ TEST(TokenizerErrors, IdsBoundTheVocabularyAndAnImpossibleIdIsRefused) {
   json["model"]["vocab"]["a"] = int64_t{1} << 24;
   const std::string message = error_loading(dir, "tokenizer.json", json.dump());
   EXPECT_NE(message.find("model.vocab: \"a\": the id must be a whole number from 0 to 16777215"), std::string::npos) << message;
+}
+
+// small_tokenizer with a template adding [CLS] and [SEP], both in its vocab.
+nlohmann::json template_tokenizer() {
+  nlohmann::json json = small_tokenizer();
+  json["model"]["vocab"] = {{"[UNK]", 0}, {"a", 1}, {"[CLS]", 2}, {"[SEP]", 3}};
+  json["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+               {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+    "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+    "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                       "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}})");
+  return json;
+}
+
+// What loading `json` as DIR/tokenizer.json says (a message that does not name the file, the
+// JSON path and the problem fails the caller's check).
+std::string refusal_of(const test::TempDir& dir, const nlohmann::json& json) {
+  return error_loading(dir, "tokenizer.json", json.dump());
+}
+
+// A field of the wrong type, null included, is named with the file and its JSON path, never as a
+// JSON library's message ("type must be string, but is null").
+TEST(TokenizerErrors, AFieldOfTheWrongTypeIsNamedWithItsPath) {
+  test::TempDir dir;
+  const std::string file = dir.file("tokenizer.json");
+  EXPECT_EQ(test::error_of([&] { HfTokenizer::from_json(template_tokenizer(), "t.json"); }), "<no error>");
+  nlohmann::json json = small_tokenizer();
+  json["model"]["continuing_subword_prefix"] = nullptr;
+  std::string message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": model.continuing_subword_prefix: must be a string, not null"), std::string::npos) << message;
+  json = small_tokenizer();
+  json["model"]["max_input_chars_per_word"] = "100";
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": model.max_input_chars_per_word: must be a whole number from 0 to 2147483647, not \"100\""),
+            std::string::npos)
+      << message;
+  json = template_tokenizer();
+  json["post_processor"]["single"][1]["Sequence"]["type_id"] = "0";
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.single[1].Sequence.type_id: must be a whole number from 0 to"),
+            std::string::npos)
+      << message;
+  json = template_tokenizer();
+  json["post_processor"]["pair"][1]["Sequence"]["type_id"] = -1;
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.pair[1].Sequence.type_id: must be a whole number from 0"), std::string::npos)
+      << message;
+  json = template_tokenizer();
+  json["post_processor"]["single"][0]["SpecialToken"]["type_id"] = nullptr;
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.single[0].SpecialToken.type_id: must be a whole number"), std::string::npos)
+      << message;
+  json = template_tokenizer();
+  json["post_processor"]["special_tokens"]["[CLS]"]["tokens"][0] = nullptr;
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.special_tokens.[CLS].tokens[0]: must be a string, not null"), std::string::npos)
+      << message;
+  json = small_tokenizer();
+  json["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"[UNK]", "0"}}, {"sep", {"[UNK]", 0}}};
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.cls[1]: an id must be a whole number from 0 to 16777215, not \"0\""),
+            std::string::npos)
+      << message;
+}
+
+// A special token's id that no embedding could hold is refused, not truncated; one past the
+// vocabulary (the model's and the added tokens' ids) is refused too, so that the vocabulary's
+// size, which the shards record and the model's embedding is checked against, bounds every id
+// the tokenizer gives.
+TEST(TokenizerErrors, SpecialIdsOutOfRangeOrPastTheVocabularyAreRefused) {
+  test::TempDir dir;
+  const std::string file = dir.file("tokenizer.json");
+  nlohmann::json json = template_tokenizer();
+  json["post_processor"]["special_tokens"]["[CLS]"]["ids"][0] = int64_t{1} << 40;
+  std::string message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.special_tokens.[CLS].ids[0]: an id must be a whole number from 0 to "
+                                "16777215, not 1099511627776"),
+            std::string::npos)
+      << message;
+  json["post_processor"]["special_tokens"]["[CLS]"]["ids"][0] = 4;
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.special_tokens.[CLS].ids[0]: id 4 is past the vocabulary (4 ids, the "
+                                "model's and the added tokens')"),
+            std::string::npos)
+      << message;
+  json["added_tokens"] = nlohmann::json::parse(R"([{"id": 4, "content": "[X]", "special": true}])");
+  const HfTokenizer added = HfTokenizer::from_json(json, "t.json");  // [CLS] as an added token's id
+  EXPECT_EQ(added.vocab_size(), 5u);
+  EXPECT_EQ(added.single().before.at(0).id, 4);
+  json = small_tokenizer();
+  json["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"a", 1}}, {"sep", {"</s>", 9}}};
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.sep[1]: id 9 is past the vocabulary (2 ids"), std::string::npos) << message;
+  json["post_processor"] = {
+      {"type", "Sequence"},
+      {"processors", {{{"type", "ByteLevel"}}, {{"type", "BertProcessing"}, {"cls", {"x", 2}}, {"sep", {"a", 1}}}}}};
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": post_processor.processors[1].cls[1]: id 2 is past the vocabulary"), std::string::npos)
+      << message;
+  json = small_tokenizer();
+  json["padding"] = {{"pad_id", int64_t{1} << 40}};
+  message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": padding.pad_id: an id must be a whole number from 0 to 16777215"), std::string::npos)
+      << message;
+}
+
+// tokenizers ignores the ids of tokenizer.json's added tokens and gives each its own (the model's
+// id of its content, else the next after the vocabulary): a file whose id is another would get
+// other ids than HF's, and one past the vocabulary an id the embedding does not have. Each case of
+// added-ids.json (tokenizers' ids, make_added_ids.py) loads with HF's ids and is refused, by the
+// token's path, with one of them changed.
+TEST(TokenizerErrors, AddedTokensHaveTheIdsHfGivesThem) {
+  test::TempDir dir;
+  const std::string file = dir.file("tokenizer.json");
+  const nlohmann::json cases = read_json_file(fixture("added-ids.json")).at("cases");
+  ASSERT_GE(cases.size(), 40u);
+  for (const nlohmann::json& c : cases) {
+    nlohmann::json json = small_tokenizer();
+    json["model"]["vocab"] = c["vocab"];
+    for (size_t i = 0; i < c["added"].size(); ++i)
+      json["added_tokens"].push_back({{"id", c["ids"][i]}, {"content", c["added"][i]}, {"special", true}});
+    const HfTokenizer tokenizer = HfTokenizer::from_json(json, "t.json");
+    for (size_t i = 0; i < c["added"].size(); ++i)
+      EXPECT_EQ(tokenizer.token_to_id(c["added"][i].get<std::string>()), c["ids"][i].get<int32_t>()) << c.dump();
+    const size_t last = c["added"].size() - 1;
+    const int32_t other = c["ids"][last].get<int32_t>() + 1;
+    json["added_tokens"][last]["id"] = other;
+    const std::string message = refusal_of(dir, json);
+    EXPECT_NE(message.find(file + ": added_tokens[" + std::to_string(last) + "].id: " + std::to_string(other) +
+                           " is not the id HF's tokenizers gives \"" + c["added"][last].get<std::string>() + "\" (" +
+                           c["ids"][last].dump() + ": "),
+              std::string::npos)
+        << message;
+  }
+  nlohmann::json json = small_tokenizer();
+  json["added_tokens"] = nlohmann::json::parse(R"([{"id": 1000, "content": "<new>", "special": true}])");
+  const std::string message = refusal_of(dir, json);
+  EXPECT_NE(message.find(file + ": added_tokens[0].id: 1000 is not the id HF's tokenizers gives \"<new>\" (2: the next "
+                                "after the model's 2 tokens and the added tokens before it)"),
+            std::string::npos)
+      << message;
 }
 
 TEST(TokenizerErrors, BadSlowFilesAreNamed) {

@@ -2,6 +2,7 @@
 #include "mpibert/text/hf_tokenizer.hpp"
 
 #include <filesystem>
+#include <map>
 
 #include "added_tokens.hpp"
 #include "mpibert/core/error.hpp"
@@ -70,6 +71,30 @@ AddedToken read_added_token(const nlohmann::json& json, const Where& at) {
   return token;
 }
 
+// Each added token has the id tokenizers gives it on reading the file, which ignores the file's
+// ids: an earlier added token's with its content, else the model's, else the next after the
+// model's tokens and the added tokens new before it. Another id would give other ids than HF's.
+void check_added_ids(const std::vector<AddedToken>& tokens, const Model& model, const Where& where) {
+  std::map<std::string, int32_t> given;
+  auto next_new = static_cast<int32_t>(model.token_count());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const AddedToken& token = tokens[i];
+    std::string why = "the model's id of it";
+    auto expected = model.token_to_id(token.content);
+    if (const auto earlier = given.find(token.content); earlier != given.end()) {
+      expected = earlier->second;
+      why = "an added token before it has its content";
+    } else if (!expected) {
+      expected = next_new++;
+      why = "the next after the model's " + std::to_string(model.token_count()) + " tokens and the added tokens before it";
+    }
+    given.emplace(token.content, *expected);
+    if (token.id != *expected)
+      refuse(where.at(i).at("id"), std::to_string(token.id) + " is not the id HF's tokenizers gives \"" + token.content + "\" (" +
+                                       std::to_string(*expected) + ": " + why + ")");
+  }
+}
+
 const nlohmann::json* component(const nlohmann::json& json, const char* key) {
   const auto it = json.find(key);
   return it == json.end() || it->is_null() ? nullptr : &*it;
@@ -97,7 +122,9 @@ struct TokenizerReader {
       if (!list->is_array()) tp::refuse(top.at("added_tokens"), "must be a list");
       for (size_t i = 0; i < list->size(); ++i)
         t.added_->tokens.push_back(tp::read_added_token((*list)[i], top.at("added_tokens").at(i)));
+      tp::check_added_ids(t.added_->tokens, *t.model_, top.at("added_tokens"));
     }
+    if (t.post_processor_) tp::check_special_ids(*t.post_processor_, t.vocab_size());
     t.added_->prepare(t.normalizer_.get());
     if (t.post_processor_) {
       t.single_ = t.post_processor_->single();
@@ -107,7 +134,7 @@ struct TokenizerReader {
     }
     const nlohmann::json* padding = tp::component(json, "padding");
     if (padding && padding->is_object() && padding->contains("pad_id") && (*padding)["pad_id"].is_number_integer())
-      t.pad_id_ = (*padding)["pad_id"].get<int32_t>();
+      t.pad_id_ = tp::token_id((*padding)["pad_id"], top.at("padding").at("pad_id"));
     else
       t.pad_id_ = t.guess_pad_id();
     t.description_ = t.model_->kind() + " (" + origin + ")";

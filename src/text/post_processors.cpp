@@ -1,17 +1,23 @@
 // The post-processors of tokenizer.json (HF tokenizers' processors/): the special tokens and type
 // ids around one sequence and two, and what they do to each sequence's offsets (byte-level BPE's
 // trimming of the spaces a token starts or ends with).
+#include <limits>
+#include <map>
+
 #include "mpibert/text/unicode.hpp"
 #include "tokenizer_parts.hpp"
 
 namespace mpibert::tokenizer_parts {
 namespace {
 
-SpecialToken special_of(const nlohmann::json& json, const Where& where, int32_t type_id) {
-  if (!json.is_array() || json.size() != 2 || !json[0].is_string() || !json[1].is_number_integer())
-    refuse(where, "must be [token, id]");
-  return {json[1].get<int32_t>(), json[0].get<std::string>(), type_id};
+// BertProcessing's and RobertaProcessing's [token, id].
+SpecialToken special_of(const nlohmann::json& json, const Where& where) {
+  if (!json.is_array() || json.size() != 2) refuse(where, "must be [token, id]");
+  return {token_id(json[1], where.at(1)), string_value(json[0], where.at(0)), 0};
 }
+
+// A type id as the templates hold it (int32; tokenizers reads a u32).
+constexpr int64_t kMaxTypeId = std::numeric_limits<int32_t>::max();
 
 // Leading and trailing spaces of a byte-level token ('Ġ', U+0120, is the space byte) not counted
 // in its offsets, as HF's process_offsets.
@@ -33,24 +39,39 @@ void trim_offsets(TokenizedText& sequence, bool add_prefix_space) {
   }
 }
 
-class BertProcessing final : public PostProcessor {
+// The [CLS] and [SEP] of BertProcessing and RobertaProcessing, with where the file gives their ids.
+class ClsSepProcessing : public PostProcessor {
  public:
-  BertProcessing(SpecialToken cls, SpecialToken sep) : cls_(std::move(cls)), sep_(std::move(sep)) {}
+  ClsSepProcessing(const nlohmann::json& json, const Where& where)
+      : cls_(special_of(field(json, where, "cls"), where.at("cls"))),
+        sep_(special_of(field(json, where, "sep"), where.at("sep"))),
+        ids_{{cls_.id, where.at("cls").at(1)}, {sep_.id, where.at("sep").at(1)}} {}
+  std::vector<SpecialId> special_ids() const override { return ids_; }
+
+ protected:
+  SpecialToken cls_, sep_;
+
+ private:
+  std::vector<SpecialId> ids_;
+};
+
+class BertProcessing final : public ClsSepProcessing {
+ public:
+  using ClsSepProcessing::ClsSepProcessing;
   SequenceTemplate single() const override { return {{cls_}, {}, {sep_}, 0, 0}; }
   SequenceTemplate pair() const override {
     SpecialToken last = sep_;
     last.type_id = 1;
     return {{cls_}, {sep_}, {last}, 0, 1};
   }
-
- private:
-  SpecialToken cls_, sep_;
 };
 
-class RobertaProcessing final : public PostProcessor {
+class RobertaProcessing final : public ClsSepProcessing {
  public:
-  RobertaProcessing(SpecialToken cls, SpecialToken sep, bool trim, bool add_prefix_space)
-      : cls_(std::move(cls)), sep_(std::move(sep)), trim_(trim), add_prefix_space_(add_prefix_space) {}
+  RobertaProcessing(const nlohmann::json& json, const Where& where)
+      : ClsSepProcessing(json, where),
+        trim_(bool_field(json, where, "trim_offsets", true)),
+        add_prefix_space_(bool_field(json, where, "add_prefix_space", true)) {}
   void process_sequence(TokenizedText& sequence) const override {
     if (trim_) trim_offsets(sequence, add_prefix_space_);
   }
@@ -58,7 +79,6 @@ class RobertaProcessing final : public PostProcessor {
   SequenceTemplate pair() const override { return {{cls_}, {sep_, sep_}, {sep_}, 0, 0}; }
 
  private:
-  SpecialToken cls_, sep_;
   bool trim_, add_prefix_space_;
 };
 
@@ -76,18 +96,35 @@ class ByteLevelProcessing final : public PostProcessor {
 class TemplateProcessing final : public PostProcessor {
  public:
   TemplateProcessing(const nlohmann::json& json, const Where& where) {
-    const nlohmann::json& specials = field(json, where, "special_tokens");
-    if (!specials.is_object()) refuse(where.at("special_tokens"), "must be an object");
-    single_ = read(field(json, where, "single"), where.at("single"), specials, false);
-    pair_ = read(field(json, where, "pair"), where.at("pair"), specials, true);
+    read_special_tokens(field(json, where, "special_tokens"), where.at("special_tokens"));
+    single_ = read(field(json, where, "single"), where.at("single"), false);
+    pair_ = read(field(json, where, "pair"), where.at("pair"), true);
   }
   SequenceTemplate single() const override { return single_; }
   SequenceTemplate pair() const override { return pair_; }
+  std::vector<SpecialId> special_ids() const override { return ids_; }
 
  private:
+  // {name: {"id": name, "ids": [...], "tokens": [...]}}: each special's tokens in turn.
+  void read_special_tokens(const nlohmann::json& specials, const Where& where) {
+    if (!specials.is_object()) refuse(where, "must be an object");
+    for (const auto& [name, special] : specials.items()) {
+      const Where at = where.at(name);
+      const nlohmann::json& ids = field(special, at, "ids");
+      const nlohmann::json& tokens = field(special, at, "tokens");
+      if (!ids.is_array() || !tokens.is_array() || ids.size() != tokens.size())
+        refuse(at, "ids and tokens must be lists of one length");
+      std::vector<SpecialToken>& list = specials_[name];
+      for (size_t k = 0; k < ids.size(); ++k) {
+        list.push_back({token_id(ids[k], at.at("ids").at(k)), string_value(tokens[k], at.at("tokens").at(k)), 0});
+        ids_.push_back({list.back().id, at.at("ids").at(k)});
+      }
+    }
+  }
+
   // The pieces in order: special tokens before the first sequence, between the two, after the
   // last (each special's ids in turn), and each sequence's type id.
-  static SequenceTemplate read(const nlohmann::json& pieces, const Where& where, const nlohmann::json& specials, bool is_pair) {
+  SequenceTemplate read(const nlohmann::json& pieces, const Where& where, bool is_pair) const {
     if (!pieces.is_array()) refuse(where, "must be a list of pieces");
     SequenceTemplate out;
     int sequences_seen = 0;
@@ -97,22 +134,21 @@ class TemplateProcessing final : public PostProcessor {
       if (piece.contains("Sequence")) {
         const nlohmann::json& sequence = piece["Sequence"];
         const std::string id = string_field(sequence, at.at("Sequence"), "id");
-        const auto type_id = sequence.value("type_id", 0);
+        const auto type_id = static_cast<int32_t>(integer_field(sequence, at.at("Sequence"), "type_id", 0, 0, kMaxTypeId));
         if (id != (sequences_seen == 0 ? "A" : "B")) refuse(at, "sequences must come in the order A, B (this one is " + id + ")");
         (sequences_seen == 0 ? out.first_type : out.second_type) = type_id;
         ++sequences_seen;
       } else if (piece.contains("SpecialToken")) {
         const nlohmann::json& special = piece["SpecialToken"];
         const std::string name = string_field(special, at.at("SpecialToken"), "id");
-        const auto type_id = special.value("type_id", 0);
-        const auto it = specials.find(name);
-        if (it == specials.end()) refuse(at, "special token " + name + " is not in special_tokens");
-        const nlohmann::json& ids = field(*it, where, "ids");
-        const nlohmann::json& tokens = field(*it, where, "tokens");
-        if (!ids.is_array() || !tokens.is_array() || ids.size() != tokens.size())
-          refuse(at, name + ": ids and tokens must be lists of one length");
+        const auto type_id = static_cast<int32_t>(integer_field(special, at.at("SpecialToken"), "type_id", 0, 0, kMaxTypeId));
+        const auto it = specials_.find(name);
+        if (it == specials_.end()) refuse(at, "special token " + name + " is not in special_tokens");
         auto& list = sequences_seen == 0 ? out.before : sequences_seen == 1 && is_pair ? out.between : out.after;
-        for (size_t k = 0; k < ids.size(); ++k) list.push_back({ids[k].get<int32_t>(), tokens[k].get<std::string>(), type_id});
+        for (SpecialToken token : it->second) {
+          token.type_id = type_id;
+          list.push_back(std::move(token));
+        }
       } else {
         refuse(at, "a piece must be {\"Sequence\": ...} or {\"SpecialToken\": ...}");
       }
@@ -121,6 +157,8 @@ class TemplateProcessing final : public PostProcessor {
     return out;
   }
 
+  std::map<std::string, std::vector<SpecialToken>> specials_;
+  std::vector<SpecialId> ids_;
   SequenceTemplate single_, pair_;
 };
 
@@ -144,6 +182,12 @@ class ProcessorSequence final : public PostProcessor {
       if (const SequenceTemplate t = part->pair(); !t.before.empty() || !t.between.empty() || !t.after.empty()) out = t;
     return out;
   }
+  std::vector<SpecialId> special_ids() const override {
+    std::vector<SpecialId> ids;
+    for (const auto& part : parts_)
+      for (SpecialId& id : part->special_ids()) ids.push_back(std::move(id));
+    return ids;
+  }
 
  private:
   std::vector<std::unique_ptr<PostProcessor>> parts_;
@@ -153,14 +197,8 @@ class ProcessorSequence final : public PostProcessor {
 
 std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& json, const Where& where, const Model& model) {
   const std::string type = string_field(json, where, "type");
-  if (type == "BertProcessing")
-    return std::make_unique<BertProcessing>(special_of(field(json, where, "cls"), where.at("cls"), 0),
-                                            special_of(field(json, where, "sep"), where.at("sep"), 0));
-  if (type == "RobertaProcessing")
-    return std::make_unique<RobertaProcessing>(special_of(field(json, where, "cls"), where.at("cls"), 0),
-                                               special_of(field(json, where, "sep"), where.at("sep"), 0),
-                                               bool_field(json, where, "trim_offsets", true),
-                                               bool_field(json, where, "add_prefix_space", true));
+  if (type == "BertProcessing") return std::make_unique<BertProcessing>(json, where);
+  if (type == "RobertaProcessing") return std::make_unique<RobertaProcessing>(json, where);
   if (type == "ByteLevel")
     return std::make_unique<ByteLevelProcessing>(bool_field(json, where, "trim_offsets", true),
                                                  bool_field(json, where, "add_prefix_space", true));
@@ -175,6 +213,13 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& json, c
   refuse(where,
          "post-processor type \"" + type +
              "\" is not one mpibert implements (BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel, Sequence)");
+}
+
+void check_special_ids(const PostProcessor& processor, size_t vocab_size) {
+  for (const SpecialId& special : processor.special_ids())
+    if (static_cast<size_t>(special.id) >= vocab_size)
+      refuse(special.where, "id " + std::to_string(special.id) + " is past the vocabulary (" + std::to_string(vocab_size) +
+                                " ids, the model's and the added tokens')");
 }
 
 }  // namespace mpibert::tokenizer_parts

@@ -56,15 +56,16 @@ class WordPiece final : public Model {
   WordPiece(const nlohmann::json& json, const Where& where) {
     vocab_ = read_vocab(json, where, by_id_);
     unk_ = string_field(json, where, "unk_token");
-    prefix_ = json.value("continuing_subword_prefix", std::string("##"));
-    max_chars_ = json.value("max_input_chars_per_word", 100);
+    prefix_ = string_field(json, where, "continuing_subword_prefix", "##");
+    max_chars_ =
+        static_cast<size_t>(integer_field(json, where, "max_input_chars_per_word", 100, 0, std::numeric_limits<int32_t>::max()));
     unk_id_ = find(vocab_, unk_);
     if (!unk_id_) refuse(where.at("unk_token"), "\"" + unk_ + "\" is not in the vocab");
   }
   // Greedy longest match first, the continuation with the prefix; a word that does not split, or
   // is too long, is one unknown token.
   std::vector<Token> tokenize(const std::u32string& word) const override {
-    if (word.size() > static_cast<size_t>(max_chars_)) return {{*unk_id_, unk_, 0, word.size()}};
+    if (word.size() > max_chars_) return {{*unk_id_, unk_, 0, word.size()}};
     // The word in UTF-8 once, with where each character starts; candidates are its byte ranges.
     const std::string bytes = to_utf8(word);
     std::vector<size_t> at(word.size() + 1, bytes.size());
@@ -91,14 +92,15 @@ class WordPiece final : public Model {
   }
   std::optional<int32_t> token_to_id(const std::string& token) const override { return find(vocab_, token); }
   std::optional<std::string> id_to_token(int32_t id) const override { return name_of(by_id_, id); }
-  size_t vocab_size() const override { return by_id_.size(); }  // the largest id + 1
+  size_t vocab_size() const override { return by_id_.size(); }
+  size_t token_count() const override { return vocab_.size(); }
   std::string kind() const override { return "WordPiece"; }
 
  private:
   TokenIds vocab_;
   std::vector<std::string> by_id_;
   std::string unk_, prefix_;
-  int max_chars_ = 100;
+  size_t max_chars_ = 100;
   std::optional<int32_t> unk_id_;
 };
 
@@ -117,7 +119,8 @@ class WordLevel final : public Model {
   }
   std::optional<int32_t> token_to_id(const std::string& token) const override { return find(vocab_, token); }
   std::optional<std::string> id_to_token(int32_t id) const override { return name_of(by_id_, id); }
-  size_t vocab_size() const override { return by_id_.size(); }  // the largest id + 1
+  size_t vocab_size() const override { return by_id_.size(); }
+  size_t token_count() const override { return vocab_.size(); }
   std::string kind() const override { return "WordLevel"; }
 
  private:
@@ -186,7 +189,8 @@ class Bpe final : public Model {
   }
   std::optional<int32_t> token_to_id(const std::string& token) const override { return find(vocab_, token); }
   std::optional<std::string> id_to_token(int32_t id) const override { return name_of(by_id_, id); }
-  size_t vocab_size() const override { return by_id_.size(); }  // the largest id + 1
+  size_t vocab_size() const override { return by_id_.size(); }
+  size_t token_count() const override { return vocab_.size(); }
   std::string kind() const override { return "BPE"; }
 
  private:
@@ -312,6 +316,8 @@ class Unigram final : public Model {
   Unigram(const nlohmann::json& json, const Where& where) {
     const nlohmann::json& vocab = field(json, where, "vocab");
     if (!vocab.is_array()) refuse(where.at("vocab"), "must be a list of [piece, score]");
+    if (vocab.size() > static_cast<size_t>(kMaxTokenId) + 1)
+      refuse(where.at("vocab"), "has more pieces than ids go (" + std::to_string(kMaxTokenId + 1) + ")");
     for (size_t i = 0; i < vocab.size(); ++i) {
       const nlohmann::json& entry = vocab[i];
       if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_number())
@@ -411,6 +417,7 @@ class Unigram final : public Model {
   }
   std::optional<std::string> id_to_token(int32_t id) const override { return name_of(pieces_, id); }
   size_t vocab_size() const override { return pieces_.size(); }
+  size_t token_count() const override { return pieces_.size(); }
   std::string kind() const override { return "Unigram"; }
 
  private:

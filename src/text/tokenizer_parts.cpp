@@ -19,8 +19,39 @@ const nlohmann::json& field(const nlohmann::json& json, const Where& where, cons
 
 std::string string_field(const nlohmann::json& json, const Where& where, const char* key) {
   const nlohmann::json& value = field(json, where, key);
-  if (!value.is_string()) refuse(where.at(key), "must be a string");
+  return string_value(value, where.at(key));
+}
+
+std::string string_field(const nlohmann::json& json, const Where& where, const char* key, const std::string& otherwise) {
+  if (!json.is_object()) refuse(where, "must be a JSON object");
+  const auto it = json.find(key);
+  return it == json.end() ? otherwise : string_value(*it, where.at(key));
+}
+
+std::string string_value(const nlohmann::json& value, const Where& where) {
+  if (!value.is_string()) refuse(where, "must be a string, not " + std::string(value.type_name()));
   return value.get<std::string>();
+}
+
+int64_t integer_field(const nlohmann::json& json, const Where& where, const char* key, int64_t otherwise, int64_t least,
+                      int64_t most) {
+  if (!json.is_object()) refuse(where, "must be a JSON object");
+  const auto it = json.find(key);
+  if (it == json.end()) return otherwise;
+  // An unsigned number above int64's range reads negative as int64: refused as out of range.
+  const bool in_range = it->is_number_integer() && it->get<int64_t>() >= least && it->get<int64_t>() <= most &&
+                        !(it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(most));
+  if (!in_range)
+    refuse(where.at(key),
+           "must be a whole number from " + std::to_string(least) + " to " + std::to_string(most) + ", not " + it->dump());
+  return it->get<int64_t>();
+}
+
+int32_t token_id(const nlohmann::json& value, const Where& where) {
+  const bool in_range = value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() <= kMaxTokenId &&
+                        !(value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId));
+  if (!in_range) refuse(where, "an id must be a whole number from 0 to " + std::to_string(kMaxTokenId) + ", not " + value.dump());
+  return static_cast<int32_t>(value.get<int64_t>());
 }
 
 bool bool_field(const nlohmann::json& json, const Where& where, const char* key, bool otherwise) {

@@ -1,6 +1,6 @@
 // Internal: the components a tokenizer.json composes (HF tokenizers' pipeline): normalizers,
 // pre-tokenizers, a model, a post-processor, each built from its JSON object by the reader
-// (tokenizer_json.cpp). A text is cut into splits as HF's PreTokenizedString holds them: each a
+// (TokenizerReader in hf_tokenizer.cpp). A text is cut into splits as HF's PreTokenizedString holds them: each a
 // NormalizedText, tokenized already (an added token) or not yet.
 #pragma once
 
@@ -54,8 +54,23 @@ class Model {
   virtual std::vector<Token> tokenize(const std::u32string& word) const = 0;
   virtual std::optional<int32_t> token_to_id(const std::string& token) const = 0;
   virtual std::optional<std::string> id_to_token(int32_t id) const = 0;
-  virtual size_t vocab_size() const = 0;
-  virtual std::string kind() const = 0;  // "WordPiece", "BPE", ...
+  virtual size_t vocab_size() const = 0;   // the largest id + 1
+  virtual size_t token_count() const = 0;  // its tokens (HF's get_vocab_size): fewer where ids leave gaps
+  virtual std::string kind() const = 0;    // "WordPiece", "BPE", ...
+};
+
+// Where in tokenizer.json a component is, for messages: "tokenizer.json: normalizer.normalizers[2]".
+struct Where {
+  std::string file;
+  std::string path;
+  Where at(const std::string& key) const { return {file, path.empty() ? key : path + "." + key}; }
+  Where at(size_t index) const { return {file, path + "[" + std::to_string(index) + "]"}; }
+};
+
+// A special token's id, with where the file gives it.
+struct SpecialId {
+  int32_t id;
+  Where where;
 };
 
 class PostProcessor {
@@ -66,15 +81,13 @@ class PostProcessor {
   // The special tokens and type ids around one sequence and around two.
   virtual SequenceTemplate single() const { return {}; }
   virtual SequenceTemplate pair() const { return {}; }
+  // The ids of the special tokens it may add.
+  virtual std::vector<SpecialId> special_ids() const { return {}; }
 };
 
-// Where in tokenizer.json a component is, for messages: "tokenizer.json: normalizer.normalizers[2]".
-struct Where {
-  std::string file;
-  std::string path;
-  Where at(const std::string& key) const { return {file, path.empty() ? key : path + "." + key}; }
-  Where at(size_t index) const { return {file, path + "[" + std::to_string(index) + "]"}; }
-};
+// A special token's id past the vocabulary (`vocab_size`: the model's and the added tokens' ids)
+// is refused: the encoder's embedding has no row for it.
+void check_special_ids(const PostProcessor& processor, size_t vocab_size);
 
 // The reader's parts, one per component family (each refuses a type it does not know by name).
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& json, const Where& where);
@@ -92,10 +105,20 @@ Matches find_matches(bool (*is)(char32_t), const std::u32string& text);
 Matches invert(Matches matches);
 std::vector<NormalizedText> split(const NormalizedText& text, const Matches& matches, Behavior behavior);
 
-// A JSON field read with its type checked, or an InputError naming `where` and the key.
+// A JSON field read with its type checked, or an InputError naming `where` and the key. Where an
+// `otherwise` is given it stands for an absent key; string and integer fields that are present
+// must have their type (null is refused, as tokenizers refuses it), bool fields take null as absent.
 const nlohmann::json& field(const nlohmann::json& json, const Where& where, const char* key);
 std::string string_field(const nlohmann::json& json, const Where& where, const char* key);
+std::string string_field(const nlohmann::json& json, const Where& where, const char* key, const std::string& otherwise);
 bool bool_field(const nlohmann::json& json, const Where& where, const char* key, bool otherwise);
+// A whole number from `least` to `most`.
+int64_t integer_field(const nlohmann::json& json, const Where& where, const char* key, int64_t otherwise, int64_t least,
+                      int64_t most);
+// `value`, at `where`, as a token id: a whole number from 0 to kMaxTokenId.
+int32_t token_id(const nlohmann::json& value, const Where& where);
+// `value`, at `where`, as a string.
+std::string string_value(const nlohmann::json& value, const Where& where);
 [[noreturn]] void refuse(const Where& where, const std::string& problem);
 
 }  // namespace mpibert::tokenizer_parts

@@ -1,6 +1,6 @@
 // tokenizer.json: any bytes as HF's tokenizer file. One that does not load is an InputError (a
 // component it does not implement named, never approximated); one that loads tokenizes text with
-// ids in its vocabulary and offsets inside the text.
+// ids in its vocabulary and offsets inside the text, and adds special tokens of its vocabulary.
 #include <algorithm>
 
 #include "fuzz_input.hpp"
@@ -19,6 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (encoding.ids[i] < 0 || static_cast<size_t>(encoding.ids[i]) >= tokenizer.vocab_size()) __builtin_trap();
       if (encoding.offsets[i].begin > encoding.offsets[i].end || encoding.offsets[i].end > code_points) __builtin_trap();
     }
+    for (const mpibert::SequenceTemplate* around : {&tokenizer.single(), &tokenizer.pair()})
+      for (const auto* specials : {&around->before, &around->between, &around->after})
+        for (const mpibert::SpecialToken& special : *specials)
+          if (special.id < 0 || static_cast<size_t>(special.id) >= tokenizer.vocab_size()) __builtin_trap();
   } catch (const mpibert::InputError&) {
   }
   return 0;

@@ -1,5 +1,5 @@
 // Evaluating a model on prepared eval shards: logits on the model's device, HF post-processing
-// (eval.hpp), prediction files and the official SQuAD metrics (squad_metrics.hpp).
+// (answer_extraction.hpp), prediction files and the official SQuAD metrics (squad_metrics.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,5 @@
-// The one place that knows mpibert's models: HF's model_type ("bert", "distilbert") picks the
+// The one place that knows mpibert's models: HF's model_type ("bert", "distilbert", "roberta",
+// "xlm-roberta", "electra", "deberta-v2", "modernbert": src/model/model_registry.cpp's rows) picks the
 // QuestionAnsweringModel (nn/qa_model.hpp) that a config.json builds. The trainer, evaluation,
 // checkpoints and the CLI build models here and speak to the interface alone.
 #pragma once
@@ -14,7 +15,7 @@ namespace mpibert {
 
 // HF's model_type of every model mpibert trains, in the order help texts list them.
 std::vector<std::string> qa_model_types();
-// Their names as help texts give them: "BERT or DistilBERT".
+// Their names as help texts give them: "BERT, DeBERTa-v2/v3, DistilBERT, ..., RoBERTa or XLM-RoBERTa".
 std::string qa_model_names();
 
 // The model_type a config.json builds: its "model_type"; `requested` (--model-type) when given,
@@ -32,8 +33,9 @@ nlohmann::ordered_json read_qa_model_config(const nlohmann::json& config, const 
                                             const std::string& requested_type = "");
 QAModelPtr make_qa_model_from_file(const std::string& config_path, const ModelOptions& options,
                                    const std::string& requested_type = "");
-// A model of `model_type` in a named size: "base" (bert-base-uncased, distilbert-base-uncased) or
-// "small" (2 layers, hidden 128), as the benchmarks build them.
+// A model of `model_type` in a named size: "base" (the family's base checkpoint: bert-base-uncased,
+// roberta-base, deberta-v3-base, ...) or "small" (configs/small-bert.json's shape), as the
+// benchmarks build them.
 QAModelPtr make_qa_model_preset(const std::string& model_type, const std::string& preset, const ModelOptions& options);
 
 }  // namespace mpibert

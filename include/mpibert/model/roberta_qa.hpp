@@ -38,12 +38,13 @@ struct RobertaConfig {
   void validate(const std::string& origin) const;
 };
 
-// XLM-RoBERTa's config.json, read into RobertaConfig (the model registry's row for "xlm-roberta").
-struct XlmRobertaConfig {
-  static RobertaConfig from_json(const nlohmann::json& json, const std::string& origin) {
-    return RobertaConfig::from_json(json, origin, "xlm-roberta");
+// HF's XLMRobertaConfig: RoBERTa's keys under model_type "xlm-roberta", with its defaults. The
+// model registry's row for "xlm-roberta" reads it; the model built from it is RoBERTa's.
+struct XlmRobertaConfig : RobertaConfig {
+  static XlmRobertaConfig from_json(const nlohmann::json& json, const std::string& origin) {
+    return {RobertaConfig::from_json(json, origin, "xlm-roberta")};
   }
-  static RobertaConfig preset(const std::string& name) { return RobertaConfig::preset(name, "xlm-roberta"); }
+  static XlmRobertaConfig preset(const std::string& name) { return {RobertaConfig::preset(name, "xlm-roberta")}; }
 };
 
 // HF's RobertaModel without its pooler (the QA model has none): BERT's embeddings and encoder.

@@ -2,8 +2,9 @@
 // see it, whatever its architecture: built from an HF config.json, its weights in and out under
 // HF's names, a batch (padded or packed) forward to start/end logits and HF's QA loss, its
 // description for the data-parallel strategies, and its training FLOPs. The model layer
-// implements it (BERT, DistilBERT) and picks one from config.json's model_type
-// (model/model_registry.hpp); nothing above it names a concrete model.
+// implements it (BERT, DistilBERT, RoBERTa, XLM-RoBERTa, ELECTRA, DeBERTa-v2/v3, ModernBERT) and
+// picks one from config.json's model_type (model/model_registry.hpp); nothing above it names a
+// concrete model.
 #pragma once
 
 #include <torch/torch.h>

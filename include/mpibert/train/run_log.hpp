@@ -31,7 +31,7 @@ struct StepRecord {
   double learning_rate = 0;
   double samples = 0;                // this step's, over all ranks
   double tokens = 0;                 // padded tokens this step (this rank's, then summed over ranks)
-  double model_flops = 0;            // on real tokens (model/flops.hpp); this rank's, then summed over ranks
+  double model_flops = 0;            // on real tokens (nn/qa_model.hpp's TrainingFlops); this rank's, then summed over ranks
   double seconds = 0;                // since the run started, when the step ended
   std::optional<double> loss_scale;  // fp16: the scale the step's loss was multiplied by
   bool skipped = false;              // fp16: no update, for a non-finite gradient

@@ -45,7 +45,7 @@ struct TrainOptions {
   std::string output_dir;             // the run directory
   std::string model_dir;              // HF model directory to start from; empty: random init
   std::string model_config;           // config.json for random init (when model_dir is empty)
-  std::string model_type;             // HF's model_type to build ("bert", "distilbert"); empty: config.json's
+  std::string model_type;             // HF's model_type to build (model_registry.hpp's qa_model_types()); empty: config.json's
   std::string tokenizer;              // the run's tokenizer (HfTokenizer::load: a vocab.txt too), copied into checkpoints
   std::string resume;                 // "", "auto" (latest checkpoint in output_dir) or a checkpoint directory
   bool overwrite_output_dir = false;  // replace an earlier run in output_dir (option_checks.hpp)

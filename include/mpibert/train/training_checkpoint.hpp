@@ -1,4 +1,4 @@
-// The trainer's checkpoints, RUN/checkpoint-STEP/: an HF model directory (checkpoint.hpp) plus
+// The trainer's checkpoints, RUN/checkpoint-STEP/: an HF model directory (hf_model_dir.hpp) plus
 // what an exact resume needs: trainer_state.json (where the loop stands), optimizer.safetensors
 // (AdamW moments; zero1, zero2, fsdp: each rank's slices in its own file, by parameter ranges, so that
 // another number of ranks or another strategy can resume from them), rank-R.safetensors (that rank's
