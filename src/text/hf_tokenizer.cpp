@@ -71,27 +71,20 @@ AddedToken read_added_token(const nlohmann::json& json, const Where& at) {
   return token;
 }
 
-// Each added token has the id tokenizers gives it on reading the file, which ignores the file's
+// Each added token takes the id tokenizers gives it on reading the file, which ignores the file's
 // ids: an earlier added token's with its content, else the model's, else the next after the
-// model's tokens and the added tokens new before it. Another id would give other ids than HF's.
-void check_added_ids(const std::vector<AddedToken>& tokens, const Model& model, const Where& where) {
+// model's tokens and the added tokens new before it.
+void give_added_ids(std::vector<AddedToken>& tokens, const Model& model) {
   std::map<std::string, int32_t> given;
   auto next_new = static_cast<int32_t>(model.token_count());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const AddedToken& token = tokens[i];
-    std::string why = "the model's id of it";
-    auto expected = model.token_to_id(token.content);
-    if (const auto earlier = given.find(token.content); earlier != given.end()) {
-      expected = earlier->second;
-      why = "an added token before it has its content";
-    } else if (!expected) {
-      expected = next_new++;
-      why = "the next after the model's " + std::to_string(model.token_count()) + " tokens and the added tokens before it";
-    }
-    given.emplace(token.content, *expected);
-    if (token.id != *expected)
-      refuse(where.at(i).at("id"), std::to_string(token.id) + " is not the id HF's tokenizers gives \"" + token.content + "\" (" +
-                                       std::to_string(*expected) + ": " + why + ")");
+  for (AddedToken& token : tokens) {
+    std::optional<int32_t> id = model.token_to_id(token.content);
+    if (const auto earlier = given.find(token.content); earlier != given.end())
+      id = earlier->second;
+    else if (!id)
+      id = next_new++;
+    given.emplace(token.content, *id);
+    token.id = *id;
   }
 }
 
@@ -122,9 +115,9 @@ struct TokenizerReader {
       if (!list->is_array()) tp::refuse(top.at("added_tokens"), "must be a list");
       for (size_t i = 0; i < list->size(); ++i)
         t.added_->tokens.push_back(tp::read_added_token((*list)[i], top.at("added_tokens").at(i)));
-      tp::check_added_ids(t.added_->tokens, *t.model_, top.at("added_tokens"));
+      tp::give_added_ids(t.added_->tokens, *t.model_);
     }
-    if (t.post_processor_) tp::check_special_ids(*t.post_processor_, t.vocab_size());
+    if (t.post_processor_) t.special_bound_ = tp::special_id_bound(*t.post_processor_);
     t.added_->prepare(t.normalizer_.get());
     if (t.post_processor_) {
       t.single_ = t.post_processor_->single();
@@ -300,7 +293,7 @@ const std::vector<std::string>& tokenizer_file_names() {
 }
 
 size_t HfTokenizer::vocab_size() const {
-  size_t size = model_->vocab_size();
+  size_t size = std::max(model_->vocab_size(), special_bound_);
   for (const tp::AddedToken& added : added_->tokens) size = std::max(size, static_cast<size_t>(added.id) + 1);
   return size;
 }

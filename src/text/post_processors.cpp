@@ -215,11 +215,10 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& json, c
              "\" is not one mpibert implements (BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel, Sequence)");
 }
 
-void check_special_ids(const PostProcessor& processor, size_t vocab_size) {
-  for (const SpecialId& special : processor.special_ids())
-    if (static_cast<size_t>(special.id) >= vocab_size)
-      refuse(special.where, "id " + std::to_string(special.id) + " is past the vocabulary (" + std::to_string(vocab_size) +
-                                " ids, the model's and the added tokens')");
+size_t special_id_bound(const PostProcessor& processor) {
+  size_t bound = 0;
+  for (const SpecialId& special : processor.special_ids()) bound = std::max(bound, static_cast<size_t>(special.id) + 1);
+  return bound;
 }
 
 }  // namespace mpibert::tokenizer_parts

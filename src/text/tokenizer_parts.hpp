@@ -85,9 +85,10 @@ class PostProcessor {
   virtual std::vector<SpecialId> special_ids() const { return {}; }
 };
 
-// A special token's id past the vocabulary (`vocab_size`: the model's and the added tokens' ids)
-// is refused: the encoder's embedding has no row for it.
-void check_special_ids(const PostProcessor& processor, size_t vocab_size);
+// The ids its special tokens need: the largest + 1 (0 without any). tokenizers takes a special
+// id past the vocabulary as it is, so the size that bounds ids (which shards record and the
+// embedding is checked against) includes it.
+size_t special_id_bound(const PostProcessor& processor);
 
 // The reader's parts, one per component family (each refuses a type it does not know by name).
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& json, const Where& where);

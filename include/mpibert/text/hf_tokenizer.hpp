@@ -57,7 +57,7 @@ class HfTokenizer {
 
   std::optional<int32_t> token_to_id(const std::string& token) const;
   std::string id_to_token(int32_t id) const;
-  size_t vocab_size() const;  // the model's and the added tokens', the largest id + 1
+  size_t vocab_size() const;  // the largest id it can give + 1: the model's, the added and the special tokens'
   // The padding token's id (tokenizer_config.json's pad_token, the padding settings, or the
   // usual names), and whether padding goes on the left (features put the context first then).
   int32_t pad_id() const { return pad_id_; }
@@ -81,6 +81,7 @@ class HfTokenizer {
   std::unique_ptr<tokenizer_parts::PostProcessor> post_processor_;
   SequenceTemplate single_, pair_;
   int32_t pad_id_ = 0;
+  size_t special_bound_ = 0;  // the post-processor's special ids, the largest + 1
   bool pads_left_ = false;
   std::string description_, digest_;
 };
