@@ -9,6 +9,8 @@
 #      started without its GPUs), no driver at all is "nothing to check";
 #   2. the rows never yet run on a GPU first (docs/gpus.md, "What has run on a GPU"):
 #        the replayed step (--cuda-graphs) against the eager one (test_gpu GpuStepGraphs);
+#        a capture that fails (its end too): the memory pool and the generator left as they were,
+#        a fresh capture after it (test_gpu GpuFailedCapture, in a process of its own);
 #        bert-base throughput packed, eager and graphed, and HF's Trainer in the same call;
 #        the packed step's kernels, eager and graphed (kernel_accounting.py over a profile);
 #        fp16 on 2 ranks with a step skipped on every rank;
@@ -692,6 +694,7 @@ speed=$([ "$cuda" = 1 ] && [ "$throughput" = 1 ] && echo 1 || echo 0)
 [ "$checks" = 0 ] || row fixture-shards 120 prepare_fixture
 [ "$speed" = 0 ] || row bert-shards 180 prepare_bert
 [ "$checks" = 0 ] || [ "$cuda" = 0 ] || row graphs 240 gpu_tests_row 'GpuStepGraphs.*' "replayed steps (--cuda-graphs)"
+[ "$checks" = 0 ] || [ "$cuda" = 0 ] || row graphs-failed-capture 60 gpu_tests_row 'GpuFailedCapture.*' "a failed capture (--cuda-graphs)"
 if [ "$speed" = 1 ]; then
   row throughput-packed 150 throughput_row bert packed
   row throughput-packed-graphs 150 throughput_row bert packed-graphs
@@ -709,7 +712,7 @@ fi
 [ "$checks" = 0 ] || [ "$cuda" = 0 ] || row families-packed 180 gpu_tests_row 'Families/GpuFamilies.*' "the encoder families packed"
 [ "$speed" = 0 ] || [ "$peer" = 0 ] || row families-throughput 240 families_throughput_row
 if [ "$checks" = 1 ]; then
-  [ "$cuda" = 0 ] || row gpu-tests 300 gpu_tests_row '-GpuStepGraphs.*:Families/GpuFamilies.*' "the rest of test_gpu"
+  [ "$cuda" = 0 ] || row gpu-tests 300 gpu_tests_row '-GpuStepGraphs.*:GpuFailedCapture.*:Families/GpuFamilies.*' "the rest of test_gpu"
   row against-cpu 90 against_cpu
   for n in 2 3; do
     for strategy in ddp zero1 zero2 fsdp; do row "$strategy-$n-$multi" 90 strategy_row "$n" "$strategy" "$multi"; done

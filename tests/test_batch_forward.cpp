@@ -1,8 +1,8 @@
 // The model on batches as batching.hpp lays them out, packed to a token bucket (a shape a CUDA graph
 // replays): the filler feature adds nothing, so the loss and every gradient are plain packing's
 // (within the round-off of longer reductions), and no gradient reaches the pad token's embedding.
-// Then the step a CUDA graph captures (step_graphs.hpp) where it cannot run: the refusals, and the
-// eager path off the GPU.
+// Then the step a CUDA graph captures (step_graphs.hpp) where it cannot run: the refusals, the
+// eager path off the GPU, and what a capture's failed end takes down.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -174,6 +174,32 @@ TEST(StepCapture, ACaptureThatThrowsEndsAndItsBucketRunsEagerly) {
   EXPECT_EQ(graphs.stats().replays, 2);  // the capture's own run and the later replay
   EXPECT_EQ(graphs.stats().eager_steps, 4);
   EXPECT_FALSE(capturing);
+}
+
+// A capture's end that fails (cudaStreamEndCapture refusing an invalidated capture) leaves the
+// pool's routing and the generators' capture to take down: each is, even where one refuses (the end
+// had got past it), and the end's own error goes on. An end that succeeds takes down nothing more.
+TEST(StepCapture, AFailedCaptureEndTakesDownWhatTheCaptureSetUp) {
+  std::vector<std::string> taken_down;
+  const CaptureSetUp set_up{[&] { taken_down.push_back("device routing"); },
+                            [&] {
+                              taken_down.push_back("host routing");
+                              throw std::runtime_error("endAllocatePool: not currently recording to mempool_id");
+                            },
+                            [&] { taken_down.push_back("generator capture"); }};
+  try {
+    end_capture_or_take_down(
+        [] { throw std::runtime_error("CUDA error: operation failed due to a previous error during capture"); }, set_up);
+    ADD_FAILURE() << "the end's error was swallowed";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what()), "CUDA error: operation failed due to a previous error during capture");
+  }
+  EXPECT_EQ(taken_down, (std::vector<std::string>{"device routing", "host routing", "generator capture"}));
+  taken_down.clear();
+  int ends = 0;
+  end_capture_or_take_down([&] { ++ends; }, set_up);
+  EXPECT_EQ(ends, 1);
+  EXPECT_TRUE(taken_down.empty());
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 // fixture and against the CPU. Every CUDA test skips, naming the reason, where no GPU is visible;
 // the bf16 parity runs on the CPU as well. Runs under mpiexec -n 1 (the NCCL communicator takes
 // its unique id over MPI).
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +25,7 @@
 #include "mpibert/optim/optimizer.hpp"
 #include "mpibert/parallel/data_parallel.hpp"
 #include "mpibert/runtime/device.hpp"
+#include "mpibert/train/step_graphs.hpp"
 #include "mpibert/train/trainer.hpp"
 #include "test_support.hpp"
 
@@ -515,6 +519,46 @@ TEST(GpuStepGraphs, ReplayedStepsFollowTheEagerOnes) {
   SafetensorsFile graphed_weights = SafetensorsFile::open(runs.file("graphed" + checkpoint + "model.safetensors"));
   for (const NamedTensor& weight : eager_weights.tensors())
     EXPECT_TRUE(torch::allclose(graphed_weights.get(weight.name), weight.tensor, 1e-4, 1e-5)) << weight.name;
+}
+
+// The private pool that owns `tensor`'s memory ({0, 0}: the normal pool), from the allocator's snapshot.
+c10::MempoolId_t pool_owning(const torch::Tensor& tensor) {
+  const auto address = reinterpret_cast<size_t>(tensor.data_ptr());
+  for (const auto& segment : c10::cuda::CUDACachingAllocator::snapshot().segments)
+    if (address >= segment.address && address < segment.address + segment.total_size) return segment.owner_private_pool_id;
+  ADD_FAILURE() << "no segment of the allocator holds the tensor";
+  return {-1, -1};
+}
+
+// A capture that fails in a way its end cannot mend (a host read of the device inside it: the sync
+// invalidates the capture, so cudaStreamEndCapture fails too) leaves the allocator and the generator
+// as they were: allocations go to the normal pool, an eager dropout runs, and a fresh capture
+// sharing the pool records and replays. Its own process (gpu_check's graphs-failed-capture row).
+TEST(GpuFailedCapture, AfterAFailedCaptureAllocationsDropoutAndAFreshCaptureWork) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device device(torch::kCUDA, 0);
+  const MakeStepRecorder make_recorder = cuda_step_recorder(device);
+  ASSERT_TRUE(make_recorder);
+  const torch::Tensor x = torch::ones({1024}, torch::TensorOptions().device(device));
+  EXPECT_EQ((x * 2).sum().item<float>(), 2048.0f);  // the kernels loaded, outside any capture
+  std::unique_ptr<StepRecorder> failing = make_recorder();
+  EXPECT_THROW(failing->capture([&] { (x * 2).sum().item<float>(); }), std::exception);
+  failing.reset();
+  const torch::Tensor after = torch::empty({3 << 20}, torch::TensorOptions().device(device));  // 12 MiB: a segment of its own
+  EXPECT_EQ(pool_owning(after), (c10::MempoolId_t{0, 0}));
+  EXPECT_NO_THROW(torch::dropout(x, 0.1, /*train=*/true).sum().item<float>());
+  torch::Tensor tripled;
+  std::unique_ptr<StepRecorder> fresh = make_recorder();
+  ASSERT_NO_THROW(fresh->capture([&] { tripled = x * 3; }));
+  EXPECT_NE(pool_owning(tripled), (c10::MempoolId_t{0, 0}));  // the graph's own pool
+  fresh->replay();
+  EXPECT_EQ(tripled.sum().item<float>(), 3072.0f);
+  // The premise, last (it leaves what the recorder mends): PyTorch's own end fails after such a sync.
+  const c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool(false, device.index()));
+  at::cuda::CUDAGraph unmended;
+  unmended.capture_begin(at::cuda::graph_pool_handle(), cudaStreamCaptureModeThreadLocal);
+  EXPECT_THROW((x * 2).sum().item<float>(), std::exception);
+  EXPECT_THROW(unmended.capture_end(), std::exception);
 }
 
 }  // namespace

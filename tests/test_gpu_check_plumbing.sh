@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh's plumbing with a stand-in for every row (--fake: no GPU, no binaries), what a
 # lent GPU's few minutes depend on (ctest gpu_check.plumbing, about 30 s):
-#   1. the rows never yet run on a GPU come first (the replayed step, eager/graphed/HF throughput,
-#      kernels, fp16, hsdp, DistilBERT), before every row that passed before;
+#   1. the rows never yet run on a GPU come first (the replayed step, a failed capture,
+#      eager/graphed/HF throughput, kernels, fp16, hsdp, DistilBERT), before every row that passed before;
 #   2. each row lands in --out as it finishes: a call killed outright (SIGKILL) leaves every finished
 #      row in checks.md;
 #   3. a row that hangs is ended by its limit and named, and the rows after it still run;
@@ -23,7 +23,7 @@ position() { grep -nx -- "$2" <<< "$1" | cut -d: -f1; }
 GPU_CHECK_FAKE_SECONDS=0.01 check order > "$work/order.log" 2>&1 || { tail -20 "$work/order.log"; fail "a call of stand-ins failed"; }
 order=$(ids "$work/order/out/checks.md")
 last_pending=0 first_passed=1000
-for id in graphs throughput-packed throughput-packed-graphs hf-peer kernels-packed kernels-packed-graphs fp16 hsdp-groups-of-1 hsdp \
+for id in graphs graphs-failed-capture throughput-packed throughput-packed-graphs hf-peer kernels-packed kernels-packed-graphs fp16 hsdp-groups-of-1 hsdp \
           distilbert-packed families-packed families-throughput; do
   p=$(position "$order" "$id")
   [ -n "$p" ] || fail "row $id is missing: $(tr '\n' ' ' <<< "$order")"

@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 
@@ -9,6 +10,8 @@
 
 namespace mpibert {
 namespace {
+
+constexpr const char* kCancelled = "cancelled before the server answered";
 
 size_t append_body(char* data, size_t size, size_t count, void* out) {
   static_cast<std::string*>(out)->append(data, size * count);
@@ -24,14 +27,37 @@ void global_init_once() {
 
 }  // namespace
 
+// The request runs on a multi handle of its own, which cancel() can wake from another thread
+// (curl_multi_wakeup): curl_easy_perform would look at a cancel flag only about once a second.
 struct HttpClient::Handle {
   CURL* curl = nullptr;
+  CURLM* multi = nullptr;
   curl_slist* headers = nullptr;
+  std::atomic<bool> cancelled{false};
   ~Handle() {
     if (headers) curl_slist_free_all(headers);
     if (curl) curl_easy_cleanup(curl);
+    if (multi) curl_multi_cleanup(multi);
   }
+  // The transfer of `curl`, added to `multi`, to its end: "" or why it failed.
+  std::string transfer();
 };
+
+std::string HttpClient::Handle::transfer() {
+  int running = 1;
+  while (true) {
+    if (const CURLMcode code = curl_multi_perform(multi, &running); code != CURLM_OK) return curl_multi_strerror(code);
+    if (running == 0) break;
+    if (cancelled) return kCancelled;
+    if (const CURLMcode code = curl_multi_poll(multi, nullptr, 0, 1000, nullptr); code != CURLM_OK)
+      return curl_multi_strerror(code);
+  }
+  int left = 0;
+  while (CURLMsg* message = curl_multi_info_read(multi, &left))
+    if (message->msg == CURLMSG_DONE && message->easy_handle == curl)
+      return message->data.result == CURLE_OK ? "" : curl_easy_strerror(message->data.result);
+  return "libcurl: the transfer ended without a result";
+}
 
 std::string HttpResponse::describe() const {
   if (!answered()) return error;
@@ -41,7 +67,8 @@ std::string HttpResponse::describe() const {
 HttpClient::HttpClient(HttpSettings settings) : settings_(std::move(settings)), handle_(std::make_unique<Handle>()) {
   global_init_once();
   handle_->curl = curl_easy_init();
-  if (!handle_->curl) throw std::runtime_error("libcurl: curl_easy_init failed");
+  handle_->multi = curl_multi_init();
+  if (!handle_->curl || !handle_->multi) throw std::runtime_error("libcurl: curl_easy_init or curl_multi_init failed");
   CURL* curl = handle_->curl;
   handle_->headers = curl_slist_append(handle_->headers, "Content-Type: application/json");
   if (!settings_.bearer_token.empty())
@@ -85,17 +112,28 @@ HttpResponse HttpClient::perform(const std::string& path, const std::string* pos
   } else {
     curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
   }
+  if (handle_->cancelled) {
+    response.error = kCancelled;
+    return response;
+  }
   char error[CURL_ERROR_SIZE] = {};
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  const CURLcode code = curl_easy_perform(curl);
+  std::string failed = curl_multi_add_handle(handle_->multi, curl) == CURLM_OK ? handle_->transfer()
+                                                                               : "libcurl: curl_multi_add_handle failed";
+  curl_multi_remove_handle(handle_->multi, curl);  // a cancelled transfer is abandoned, its connection closed
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
-  if (code != CURLE_OK) {
-    response.error = error[0] ? error : curl_easy_strerror(code);
+  if (!failed.empty()) {
+    response.error = failed != kCancelled && error[0] ? error : failed;
     response.body.clear();
     return response;
   }
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
   return response;
+}
+
+void HttpClient::cancel() {
+  handle_->cancelled = true;
+  curl_multi_wakeup(handle_->multi);
 }
 
 std::string HttpClient::escape(const std::string& value) const {

@@ -18,8 +18,6 @@ namespace {
 constexpr const char* kApi = "/api/2.0/mlflow";
 // MLflow's limits on one log-batch request and on a parameter's value (mlflow.utils.validation).
 constexpr size_t kParamsOrTagsPerBatch = 100, kMetricsPerBatch = 1000, kLongestParamValue = 6000;
-// The end waits this long at most for the queue to empty while the server takes it.
-constexpr std::chrono::seconds kQueueFinishTime{30};
 
 std::string environment(const char* name) {
   const char* value = std::getenv(name);
@@ -134,7 +132,7 @@ class MlflowTracker : public Tracker {
           const bool later = !response.answered() || response.status >= 500 || response.status == 429;
           return SendResult{later ? SendResult::Outcome::kRetry : SendResult::Outcome::kRejected, response.describe()};
         },
-        SendQueueOptions{100000, kMetricsPerBatch});
+        SendQueueOptions{100000, kMetricsPerBatch}, [http] { http->cancel(); });
   }
   ~MlflowTracker() override {
     if (!finished_) finish(nlohmann::ordered_json::object(), RunEnd::kFailed);
@@ -174,15 +172,18 @@ std::string MlflowTracker::finish(const nlohmann::ordered_json& results, RunEnd 
     const nlohmann::json metrics = mlflow_metrics(final_line, results["global_step"].get<int64_t>(), now_ms());
     queue_->push(metrics.get<std::vector<nlohmann::json>>());
   }
-  // A failed job does not wait long: its failure must reach the other ranks promptly.
-  const bool failed = end == RunEnd::kFailed;
-  const SendQueue::Outcome outcome =
-      queue_->finish(failed ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(kQueueFinishTime));
+  // The whole end is bounded; the status keeps the last quarter, so that a server which hangs on
+  // the metrics still hears how the run ended.
+  const std::chrono::milliseconds allowed = end == RunEnd::kFailed ? settings_.failed_end_time : settings_.end_time;
+  const auto deadline = std::chrono::steady_clock::now() + allowed;
+  const SendQueue::Outcome outcome = queue_->finish(allowed - allowed / 4);
   unsent_ = outcome.unsent;
   std::string status_error;
   try {
     MlflowSettings settings = settings_;
-    if (failed) settings.http.connect_timeout_ms = settings.http.timeout_ms = 2000;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    settings.http.timeout_ms = std::max<long>(1, static_cast<long>(left));  // 0 would be no timeout at all
+    settings.http.connect_timeout_ms = std::min(settings.http.connect_timeout_ms, settings.http.timeout_ms);
     MlflowApi api(settings);
     const char* status = end == RunEnd::kCompleted ? "FINISHED" : end == RunEnd::kStopped ? "KILLED" : "FAILED";
     api.post("/runs/update", {{"run_id", run_id_}, {"status", status}, {"end_time", now_ms()}});

@@ -7,7 +7,8 @@
 
 namespace mpibert {
 
-SendQueue::SendQueue(Send send, SendQueueOptions options) : send_(std::move(send)), options_(options) {
+SendQueue::SendQueue(Send send, SendQueueOptions options, std::function<void()> cancel_send)
+    : send_(std::move(send)), options_(options), cancel_send_(std::move(cancel_send)) {
   // Signals stay with the training thread (its stop handlers), not this one.
   sigset_t all, previous;
   sigfillset(&all);
@@ -65,19 +66,26 @@ void SendQueue::drain() {
   outcome_.unsent += queue_.size();
   queue_.clear();
   stopped_ = true;
+  stopped_changed_.notify_all();
 }
 
 SendQueue::Outcome SendQueue::finish(std::chrono::milliseconds time_left) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!finishing_) {
-      finishing_ = true;
-      deadline_ = std::chrono::steady_clock::now() + time_left;
-    }
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!finishing_) {
+    finishing_ = true;
+    deadline_ = std::chrono::steady_clock::now() + time_left;
   }
   wake_.notify_all();
+  // A send still in flight at the deadline (a server that takes a batch and never answers) would
+  // hold the end for its own timeout: it is cancelled.
+  if (!stopped_changed_.wait_until(lock, deadline_, [&] { return stopped_; }) && cancel_send_) {
+    lock.unlock();
+    cancel_send_();
+    lock.lock();
+  }
+  lock.unlock();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mutex_);
+  lock.lock();
   return outcome_;
 }
 

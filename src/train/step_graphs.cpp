@@ -5,8 +5,11 @@
 #include <vector>
 
 #if defined(MPIBERT_WITH_CUDA)
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -31,6 +34,28 @@ torch::Tensor lr_tensor(double lr, const torch::Device& device) {
 }
 
 #if defined(MPIBERT_WITH_CUDA)
+// PyTorch's CUDA graph, whose end takes down what its capture set up on every path: where
+// cudaStreamEndCapture fails (a capture invalidated by a forbidden sync), PyTorch's would leave the
+// pool routed (the next capture sharing it refused: "already recording to mempool_id") and the
+// default generator capturing (an eager dropout refused). The pool keeps the capture's count: a
+// shared pool whose count fell to 0 would refuse the next capture that shares it.
+class CudaGraph final : public at::cuda::CUDAGraph {
+ public:
+  void end_capture() {
+    end_capture_or_take_down([this] { capture_end(); }, set_up());
+  }
+
+ private:
+  CaptureSetUp set_up() {
+    return {[this] { c10::cuda::CUDACachingAllocator::endAllocateToPool(capture_dev_, mempool_id_); },
+            [this] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(mempool_id_); },
+            [this] {
+              // What capture_epilogue would do; the capture's work never runs, so no offsets move.
+              for (auto& [state, increment] : captured_generator_states_) state->capturing_ = false;
+            }};
+  }
+};
+
 // On a side stream, after what the current stream queued; the current stream waits for it.
 class CudaGraphRecorder final : public StepRecorder {
  public:
@@ -53,13 +78,13 @@ class CudaGraphRecorder final : public StepRecorder {
         // Ended whatever state the capture is in, so that the side stream captures no more and
         // later syncs are allowed; the graph is never replayed.
         try {
-          graph_.capture_end();
+          graph_.end_capture();
         } catch (const std::exception& ended) {
           spdlog::debug("ending the failed capture: {}", ended.what());
         }
         throw;
       }
-      graph_.capture_end();
+      graph_.end_capture();
     }
     at::cuda::CUDAEvent captured;
     captured.record(side);
@@ -70,11 +95,27 @@ class CudaGraphRecorder final : public StepRecorder {
 
  private:
   c10::DeviceIndex device_;
-  at::cuda::CUDAGraph graph_;
+  CudaGraph graph_;
 };
 #endif
 
 }  // namespace
+
+void end_capture_or_take_down(const std::function<void()>& end, const CaptureSetUp& set_up) {
+  try {
+    end();
+  } catch (...) {
+    for (const std::function<void()>* take_down :
+         {&set_up.end_device_routing, &set_up.end_host_routing, &set_up.end_generator_capture}) {
+      try {
+        if (*take_down) (*take_down)();
+      } catch (const std::exception& already) {
+        spdlog::debug("ending the failed capture: {}", already.what());
+      }
+    }
+    throw;
+  }
+}
 
 MakeStepRecorder cuda_step_recorder(const torch::Device& device) {
 #if defined(MPIBERT_WITH_CUDA)

@@ -1,5 +1,7 @@
 // HTTP requests through libcurl, for the trackers that speak to a server (MLflow's REST API).
-// One client per thread: a client keeps its connection open between requests.
+// One client per thread: a client keeps its connection open between requests. Another thread may
+// cancel() it: the request in flight returns at once, unanswered (a bounded end, whatever the
+// request's own timeout).
 #pragma once
 
 #include <memory>
@@ -38,6 +40,8 @@ class HttpClient {
   HttpResponse post_json(const std::string& path, const std::string& body);
   // A query value, percent-encoded.
   std::string escape(const std::string& value) const;
+  // From any thread: the request in flight, and every later one, returns unanswered at once.
+  void cancel();
 
  private:
   HttpResponse perform(const std::string& path, const std::string* post_body);

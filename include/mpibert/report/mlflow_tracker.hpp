@@ -2,9 +2,11 @@
 // runs/update), configured by the environment variables HF's MLflowCallback reads. The run's
 // parameters and tags go at the start; each metrics line becomes one metric per value at its step,
 // queued (send_queue.hpp) and sent in batches by a thread of its own; the end sends the final
-// results and sets the run's status.
+// results and sets the run's status, within a bound (end_time, failed_end_time) that a server
+// which hangs cannot stretch.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -23,6 +25,9 @@ struct MlflowSettings {
   bool nested = false;          // MLFLOW_NESTED_RUN
   nlohmann::ordered_json tags = nlohmann::ordered_json::object();  // MLFLOW_TAGS, a JSON object
   HttpSettings http;  // the URI, MLFLOW_TRACKING_TOKEN / _USERNAME / _PASSWORD, _INSECURE_TLS, _SERVER_CERT_PATH
+  // The end's bound, the run's status included: a completed or stopped run's, a failed job's
+  // (its failure must reach the other ranks promptly). Its last quarter is the status's.
+  std::chrono::milliseconds end_time{30000}, failed_end_time{2000};
 
   // From the environment; a variable that is missing or cannot be used is refused by name (InputError).
   static MlflowSettings from_environment();

@@ -2,6 +2,7 @@
 // slow or gone: the training thread only pushes (never waits on the network), the thread sends in
 // batches and retries a batch the server did not take, backing off, and what does not fit in the
 // bound is dropped and counted (it stays in RUN/metrics.jsonl: mpibert-report sends it later).
+// The end is bounded: a send still in flight at its deadline is cancelled.
 #pragma once
 
 #include <chrono>
@@ -38,7 +39,9 @@ struct SendQueueOptions {
 class SendQueue {
  public:
   using Send = std::function<SendResult(const std::vector<nlohmann::json>& batch)>;
-  SendQueue(Send send, SendQueueOptions options = {});
+  // `cancel_send`, called from finish()'s thread at its deadline, makes a send in flight return at
+  // once (as a kRetry) and every later one (HttpClient::cancel); without it the end waits for it.
+  SendQueue(Send send, SendQueueOptions options = {}, std::function<void()> cancel_send = {});
   ~SendQueue();  // finish() with no time left, if it was not called
   SendQueue(const SendQueue&) = delete;
   SendQueue& operator=(const SendQueue&) = delete;
@@ -51,7 +54,8 @@ class SendQueue {
     std::string last_error;       // the last failed send's reason ("" if none failed)
   };
   // Stops taking records and sends what is left until `time_left` runs out or a send fails (the
-  // server is gone: no point waiting), then stops the thread. Once; later calls return the same.
+  // server is gone: no point waiting), then stops the thread; a send still in flight at the
+  // deadline is cancelled. Once; later calls return the same.
   Outcome finish(std::chrono::milliseconds time_left);
 
  private:
@@ -60,8 +64,9 @@ class SendQueue {
 
   Send send_;
   SendQueueOptions options_;
+  std::function<void()> cancel_send_;
   std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_, stopped_changed_;
   std::deque<nlohmann::json> queue_;
   bool finishing_ = false, stopped_ = false;
   std::chrono::steady_clock::time_point deadline_;

@@ -12,8 +12,9 @@
 // in as a device tensor, AdamW counts its steps on the device: AdamW::step(tensor)). Host timers,
 // profiler ranges and fault injection stay outside it. A run whose steps cannot be captured is
 // refused at setup, before anything is written, with the reason (steps_cannot_be_captured). A
-// capture that fails all the same (the body threw inside it) is ended, what the body did on the
-// host is put back, and that bucket runs eagerly from then on, the reason logged.
+// capture that fails all the same (the body threw inside it, or its end failed) is ended, the
+// memory pool no longer routed to and the generators out of capture, what the body did on the host
+// is put back, and that bucket runs eagerly from then on, the reason logged.
 #pragma once
 
 #include <torch/torch.h>
@@ -76,6 +77,16 @@ class StepRecorder {
   virtual void replay() = 0;
 };
 using MakeStepRecorder = std::function<std::unique_ptr<StepRecorder>()>;
+
+// What a CUDA graph's capture sets up and its end takes down: the routing of the device's and the
+// pinned host memory's allocations to the graph's pool, the generators' capture state. PyTorch's
+// CUDAGraph::capture_end takes them down only once cudaStreamEndCapture has succeeded.
+struct CaptureSetUp {
+  std::function<void()> end_device_routing, end_host_routing, end_generator_capture;
+};
+// Runs `end` (the capture's end); where it throws, takes down what `set_up` names (each on its own:
+// one the end had already taken down refuses, and is passed over), then the error goes on.
+void end_capture_or_take_down(const std::function<void()>& end, const CaptureSetUp& set_up);
 // CUDA graphs on `device` (on a side stream, every graph of one memory pool); empty off a GPU or
 // in a build without CUDA.
 MakeStepRecorder cuda_step_recorder(const torch::Device& device);
