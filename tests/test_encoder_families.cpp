@@ -399,5 +399,45 @@ TEST(FamilyRegistry, ModelTypePicksEachFamily) {
   }
 }
 
+// Every family of the registry positions exactly as many tokens as it says (its position table's
+// rows past the first position it uses: RoBERTa's and XLM-R's count from padding_idx + 1): a
+// sequence of that length runs padded and packed (a packed batch's filler counts its positions up
+// to it), one token more is refused by name, and where the family has a position table, a forward
+// of one token more reads past it.
+class FamilyPositions : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyPositions, TheLongestSequenceRunsAndOneTokenMoreIsRefused) {
+  torch::manual_seed(0);
+  nlohmann::json config = make_qa_model_preset(GetParam(), "small", {})->config_json();
+  config["max_position_embeddings"] = 40;
+  const QAModelPtr model = make_qa_model(config, "config.json", {});
+  const PositionRange positions = model->positions();
+  EXPECT_EQ(positions.rows, 40);
+  const int64_t longest = positions.longest_sequence();
+  const int64_t pad = config.value("pad_token_id", 0);
+  auto forward_of = [&](int64_t length) {
+    const torch::Tensor ids = torch::randint(pad + 1, model->vocab_size(), {1, length}, torch::kLong);
+    return model->forward(ids, torch::zeros_like(ids), torch::ones_like(ids), {}, {}).start_logits;
+  };
+  EXPECT_TRUE(torch::isfinite(forward_of(longest)).all().item<bool>());
+  const PackedFeatures packed = test::pack_rows(torch::randint(pad + 1, model->vocab_size(), {1, longest}, torch::kLong),
+                                                torch::zeros({1, longest}, torch::kLong),
+                                                torch::ones({1, longest}, torch::kLong));
+  EXPECT_TRUE(torch::isfinite(model->forward_packed(packed, {}, {}).start_logits).all().item<bool>());
+
+  EXPECT_EQ(sequence_length_problem(*model, longest), "");
+  const std::string refused = sequence_length_problem(*model, longest + 1);
+  EXPECT_NE(refused.find("the " + GetParam() + " model has positions for " + std::to_string(longest)), std::string::npos)
+      << refused;
+  for (const auto& parameter : model->module().named_parameters()) {
+    if (parameter.key().find("position_embeddings.weight") == std::string::npos) continue;
+    EXPECT_EQ(parameter.value().size(0), positions.rows) << parameter.key();
+    EXPECT_THROW(forward_of(longest + 1), std::exception) << parameter.key();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, FamilyPositions, ::testing::ValuesIn(qa_model_types()),
+                         [](const auto& info) { return test::test_name_of(info.param); });
+
 }  // namespace
 }  // namespace mpibert

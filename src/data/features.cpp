@@ -4,6 +4,7 @@
 
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/utf8.hpp"
+#include "mpibert/text/unicode.hpp"
 
 namespace mpibert {
 namespace {
@@ -17,21 +18,52 @@ void validate(const FeatureParams& params) {
     throw InputError(describe("--max-query-length", std::to_string(params.max_query_length), "must be >= 0 (0: no limit)"));
 }
 
+// Whether the tokenizer trims byte-level offsets but keeps the one space a sequence's first token
+// starts with (HF's process_offsets with trim_offsets and add_prefix_space). HF trims each
+// overflowing window on its own, so every window's first token keeps it: `Ġthe` is (30,34) as a
+// window's first token, (31,34) inside the context's own encoding. The tokenizer's own offsets of
+// a lone space tell: only that trimming gives (0,0), the begin kept and the end trimmed back to it.
+// (The text layer gives the context's offsets trimmed once; the window's first token is redone here.)
+bool first_token_keeps_its_space(const HfTokenizer& tokenizer) {
+  const TokenizedText space = tokenizer.encode(" ", false);
+  return space.size() == 1 && space.offsets[0].begin == 0 && space.offsets[0].end == 0;
+}
+
+// The leading spaces process_offsets counts in a token ('Ġ', U+0120, is the space byte).
+size_t leading_spaces(const std::u32string& token) {
+  size_t n = 0;
+  while (n < token.size() && (token[n] == 0x120 || unicode::is_rust_whitespace(token[n]))) ++n;
+  return n;
+}
+
+// Context token `t`'s offsets as a window's first token. The context's trimming moved the begin of
+// a token with one leading space past it (one character of the text, byte-level BPE having no
+// normalizer that merges spaces), and a lone space's end back to that begin: as a first token the
+// space is kept, and a lone space ends where it begins, at the space.
+Span as_window_start(const TokenizedText& context, size_t t, bool keeps_space) {
+  const Span trimmed = context.offsets[t];
+  if (!keeps_space || t == 0 || trimmed.begin == 0) return trimmed;  // offsets from 0 were kept as a first token's
+  std::u32string token;
+  utf8::decode(context.tokens[t], token);
+  if (leading_spaces(token) != 1) return trimmed;
+  const bool lone_space = token.size() == 1 && trimmed.end == trimmed.begin;
+  return {trimmed.begin - 1, lone_space ? trimmed.begin - 1 : trimmed.end};
+}
+
 // Token labels of one window, HF run_qa.py prepare_train_features: the first answer must lie
 // wholly inside the window, else both labels point at [CLS]. HF's forward scan for the start can
 // run past the window's last token into [SEP]/padding when the answer starts at that last token
 // (its comment calls it an edge case); here the scan stops at the window's end, so the label is
 // that last token, which is what the rule above asks for.
-std::pair<int, int> window_labels(const TokenizedText& context, int64_t window_begin, int64_t window_end, int64_t start_char,
-                                  int64_t end_char) {
-  const auto& offsets = context.offsets;
-  if (window_begin == window_end) return {-1, -1};
-  if (!(offsets[window_begin].begin <= start_char && offsets[window_end - 1].end >= end_char)) return {-1, -1};
-  int64_t start = window_begin;
+std::pair<int, int> window_labels(const std::vector<Span>& offsets, int64_t start_char, int64_t end_char) {
+  const auto window_end = static_cast<int64_t>(offsets.size());
+  if (window_end == 0) return {-1, -1};
+  if (!(offsets.front().begin <= start_char && offsets.back().end >= end_char)) return {-1, -1};
+  int64_t start = 0;
   while (start < window_end && offsets[start].begin <= start_char) ++start;
   int64_t end = window_end - 1;
-  while (end >= window_begin && offsets[end].end >= end_char) --end;
-  return {static_cast<int>(start - 1 - window_begin), static_cast<int>(end + 1 - window_begin)};
+  while (end >= 0 && offsets[end].end >= end_char) --end;
+  return {static_cast<int>(start - 1), static_cast<int>(end + 1)};
 }
 
 // The special tokens of a pair, in order: before the question, between it and the context, after.
@@ -46,9 +78,9 @@ std::vector<uint32_t> ids_of(const std::vector<SpecialToken>& tokens) {
   return ids;
 }
 
-// One window: the specials, the question, context tokens [begin, end), its labels.
+// One window: the specials, the question, context tokens [begin, end) at `offsets`, its labels.
 void add_window(FeatureTable& table, const PairSpecials& specials, const TokenizedText& question, const TokenizedText& context,
-                size_t begin, size_t end, std::pair<int, int> labels) {
+                size_t begin, size_t end, const std::vector<Span>& offsets, std::pair<int, int> labels) {
   auto append = [&](const std::vector<uint32_t>& ids) { table.input_ids.insert(table.input_ids.end(), ids.begin(), ids.end()); };
   const size_t context_start = specials.before.size() + question.size() + specials.between.size();
   append(specials.before);
@@ -57,9 +89,9 @@ void add_window(FeatureTable& table, const PairSpecials& specials, const Tokeniz
   for (size_t t = begin; t < end; ++t) table.input_ids.push_back(static_cast<uint32_t>(context.ids[t]));
   append(specials.after);
   table.offsets.insert(table.offsets.end(), 2 * context_start, -1);
-  for (size_t t = begin; t < end; ++t) {
-    table.offsets.push_back(context.offsets[t].begin);
-    table.offsets.push_back(context.offsets[t].end);
+  for (const Span& span : offsets) {
+    table.offsets.push_back(span.begin);
+    table.offsets.push_back(span.end);
   }
   table.offsets.insert(table.offsets.end(), 2 * specials.after.size(), -1);
   const bool inside = labels.first >= 0;
@@ -98,6 +130,7 @@ FeatureTable make_features(const SquadDataset& data, int64_t first_example, int6
   const SequenceTemplate& pair = tokenizer.pair();
   const PairSpecials specials{ids_of(pair.before), ids_of(pair.between), ids_of(pair.after)};
 
+  const bool keeps_space = first_token_keeps_its_space(tokenizer);
   FeatureTable table;
   int32_t cached_context = -1;
   TokenizedText context;
@@ -106,7 +139,7 @@ FeatureTable make_features(const SquadDataset& data, int64_t first_example, int6
     const std::string record = "question id " + example.id;
     if (example.context_index != cached_context) {  // questions of a paragraph are consecutive
       cached_context = example.context_index;
-      context = tokenizer.encode(data.contexts[static_cast<size_t>(cached_context)], false);
+      context = tokenizer.encode(data.contexts[static_cast<size_t>(cached_context)], keeps_space);
     }
     TokenizedText question = tokenizer.encode(utf8::lstrip(example.question), false);
     if (params.max_query_length > 0 && question.size() > static_cast<size_t>(params.max_query_length)) {
@@ -134,10 +167,11 @@ FeatureTable make_features(const SquadDataset& data, int64_t first_example, int6
     size_t window_index = 0;
     for (size_t begin = 0;; begin += static_cast<size_t>(window - params.doc_stride), ++window_index) {
       const size_t end = std::min(begin + static_cast<size_t>(window), context.size());
-      const auto labels =
-          start_char < 0 ? std::pair<int, int>{-1, -1}
-                         : window_labels(context, static_cast<int64_t>(begin), static_cast<int64_t>(end), start_char, end_char);
-      add_window(table, specials, question, context, begin, end, labels);
+      std::vector<Span> offsets(context.offsets.begin() + static_cast<std::ptrdiff_t>(begin),
+                                context.offsets.begin() + static_cast<std::ptrdiff_t>(end));
+      if (!offsets.empty()) offsets.front() = as_window_start(context, begin, keeps_space);
+      const auto labels = start_char < 0 ? std::pair<int, int>{-1, -1} : window_labels(offsets, start_char, end_char);
+      add_window(table, specials, question, context, begin, end, offsets, labels);
       table.example_indices.push_back(e);
       table.window_indices.push_back(static_cast<uint16_t>(std::min<size_t>(window_index, 65535)));
       if (end == context.size()) break;  // this window reached the end of the context

@@ -3,6 +3,7 @@
 #include <optional>
 #include <sstream>
 
+#include "mpibert/core/error.hpp"
 #include "mpibert/core/time.hpp"
 #include "mpibert/data/batching.hpp"
 #include "mpibert/eval/batch_forward.hpp"
@@ -61,6 +62,12 @@ Padding eval_padding(Padding training) { return training == Padding::kPacked ? P
 FeatureLogits compute_logits(QuestionAnsweringModel& model, const FeatureStore& store, int64_t batch_size, int64_t first,
                              int64_t last, Padding padding) {
   if (last < 0) last = store.num_features();
+  const int32_t longest = store.manifest().params.max_seq_length;
+  const std::string unplaced = sequence_length_problem(model, longest);
+  if (!unplaced.empty())
+    throw InputError(describe("the features", "max_seq_length " + std::to_string(longest),
+                              unplaced + ": prepare them with a --max-seq-length of at most " +
+                                  std::to_string(model.positions().longest_sequence())));
   torch::nn::Module& module = model.module();
   const torch::Device device = module.parameters().front().device();
   const bool was_training = module.is_training();

@@ -241,6 +241,7 @@ QAFamily bert_family(const BertConfig& config) {
                                    {config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size,
                                     config.initializer_range},
                                    config.to_json(), bert_model_name, bert_ignored_tensor);
+  family.positions = {config.max_position_embeddings, 0};
   // HF 4.x keeps the position_ids buffer in its state_dict right after the embeddings' LayerNorm.
   family.saved_buffers = {
       {"bert.embeddings.LayerNorm.bias",

@@ -511,6 +511,7 @@ QAFamily deberta_family(const DebertaV2Config& config) {
       encoder_family("deberta-v2", "deberta", "encoder.layer",
                      {bert.hidden_size, bert.num_hidden_layers, bert.intermediate_size, bert.vocab_size, bert.initializer_range},
                      config.to_json(), deberta_model_name, deberta_ignored_tensor);
+  family.positions = {bert.max_position_embeddings, 0};  // a table only with position_biased_input
   family.unit_prefixes = deberta_units(config);
   family.flops = deberta_flops(config);
   family.packed_step_capture_problem =

@@ -220,6 +220,7 @@ QAFamily distilbert_family(const DistilBertConfig& config) {
   QAFamily family = encoder_family("distilbert", "distilbert", "transformer.layer",
                                    {config.dim, config.n_layers, config.hidden_dim, config.vocab_size, config.initializer_range},
                                    config.to_json(), distilbert_model_name, distilbert_ignored_tensor);
+  family.positions = {config.max_position_embeddings, 0};
   family.qa_dropout = config.qa_dropout;
   family.read_config = [](const nlohmann::json& json, const std::string& origin) {
     return DistilBertConfig::from_json(json, origin).to_json();

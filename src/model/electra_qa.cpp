@@ -102,6 +102,7 @@ QAFamily electra_family(const ElectraConfig& config) {
       encoder_family("electra", "electra", "encoder.layer",
                      {bert.hidden_size, bert.num_hidden_layers, bert.intermediate_size, bert.vocab_size, bert.initializer_range},
                      config.to_json(), electra_model_name, electra_ignored_tensor);
+  family.positions = {bert.max_position_embeddings, 0};
   if (config.projects()) {
     family.unit_prefixes.insert(family.unit_prefixes.begin() + 1, "electra.embeddings_project.");
     family.flops.per_token += 6.0 * static_cast<double>(config.embedding_size * bert.hidden_size);

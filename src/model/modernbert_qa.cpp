@@ -461,6 +461,7 @@ QAFamily modernbert_family(const ModernBertConfig& config) {
   family.hidden_size = config.hidden_size;
   family.layers = config.num_hidden_layers;
   family.vocab_size = config.vocab_size;
+  family.positions = {config.max_position_embeddings, 0};  // RoPE: no table, the length it is configured for
   family.qa_dropout = config.classifier_dropout;
   family.initializer_range = config.initializer_range;
   family.unit_prefixes = {"model.embeddings."};

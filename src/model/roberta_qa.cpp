@@ -134,6 +134,7 @@ QAFamily roberta_family(const RobertaConfig& config) {
       encoder_family(config.model_type, "roberta", "encoder.layer",
                      {bert.hidden_size, bert.num_hidden_layers, bert.intermediate_size, bert.vocab_size, bert.initializer_range},
                      config.to_json(), roberta_model_name, roberta_ignored_tensor);
+  family.positions = {bert.max_position_embeddings, bert.pad_token_id + 1};  // HF's create_position_ids_from_input_ids
   const std::string model_type = config.model_type;
   family.read_config = [model_type](const nlohmann::json& json, const std::string& origin) {
     return RobertaConfig::from_json(json, origin, model_type).to_json();

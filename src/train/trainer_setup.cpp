@@ -119,6 +119,11 @@ void Trainer::check_shard_geometry(const std::string& dir, const FeatureParams& 
                                   std::to_string(want) + ": prepare the shards again with mpibert-prep " + prep_option + " " +
                                   std::to_string(want)));
   };
+  const std::string unplaced = sequence_length_problem(model(), prepared.max_seq_length);
+  if (!unplaced.empty())
+    throw InputError(describe(dir + "/" + kManifestName, "max_seq_length " + std::to_string(prepared.max_seq_length),
+                              "prepared for " + unplaced + ": prepare the shards again with mpibert-prep --max-seq-length " +
+                                  std::to_string(model().positions().longest_sequence())));
   if (options_.expected_max_seq_length && prepared.max_seq_length != options_.expected_max_seq_length)
     refuse("max_seq_length", "--max-seq-length", prepared.max_seq_length, options_.expected_max_seq_length);
   if (options_.expected_doc_stride && prepared.doc_stride != options_.expected_doc_stride)
@@ -269,7 +274,7 @@ void Trainer::set_up_step_graphs() {
   const std::string reason = steps_cannot_be_captured(run);
   if (!reason.empty()) throw InputError(describe("--cuda-graphs", "", reason));
   TokenBuckets buckets{options_.batch_size, store_->manifest().params.max_seq_length};
-  buckets.position_limit = model().config_json().value("max_position_embeddings", buckets.position_limit);
+  buckets.position_limit = model().positions().longest_sequence();
   token_buckets_ = buckets;
   step_graphs_ = std::make_unique<StepGraphs>(device_);
 }

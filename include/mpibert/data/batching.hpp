@@ -32,7 +32,7 @@ struct TokenBuckets {
   int64_t batch_size = 0;      // features per bucketed batch
   int64_t max_seq_length = 0;  // the shards'
   int64_t granularity = 512;
-  int64_t position_limit = 512;  // the model's max_position_embeddings: position ids stay below it
+  int64_t position_limit = 512;  // the model's longest sequence (QuestionAnsweringModel::positions): ids stay below it
   // The bucket (tokens) for `features` features of `real_tokens` tokens; 0: none applies.
   int64_t bucket_of(int64_t features, int64_t real_tokens) const;
   // Every bucket a batch can fall in, ascending.

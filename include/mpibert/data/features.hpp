@@ -1,7 +1,8 @@
 // SQuAD examples -> the model's input windows, with HuggingFace run_qa.py semantics: the question,
 // then a window of the context, around and between them the special tokens of the tokenizer's
 // pair template ([CLS] q [SEP] c [SEP] for BERT, <s> q </s></s> c </s> for RoBERTa), consecutive
-// windows overlapping by doc_stride tokens (truncation="only_second", return_overflowing_tokens).
+// windows overlapping by doc_stride tokens (truncation="only_second", return_overflowing_tokens),
+// each window's offsets as HF's fast tokenizer trims that window on its own.
 #pragma once
 
 #include <cstdint>

@@ -48,6 +48,7 @@ struct QAFamily {
   std::string architecture;  // "BertForQuestionAnswering"
   std::string encoder_name;  // the encoder's name in HF's state_dict: "bert"
   int64_t hidden_size = 0, layers = 0, vocab_size = 0;
+  PositionRange positions;          // its position table's rows and the first it uses
   double qa_dropout = -1;           // a dropout before the QA head (DistilBERT's qa_dropout); < 0: none
   double initializer_range = 0.02;  // HF's _init_weights
   // The encoder's units in forward order, each named by its parameters' prefix: its embeddings
@@ -119,6 +120,7 @@ class EncoderForQuestionAnsweringImpl : public torch::nn::Module, public Questio
   const ModelOptions& options() const override { return options_; }
   nlohmann::ordered_json config_json() const override { return family_.config_json; }
   int64_t vocab_size() const override { return family_.vocab_size; }
+  PositionRange positions() const override { return family_.positions; }
   ModelDescription description() override;
   TrainingFlops training_flops() const override { return family_.flops; }
   int64_t non_embedding_parameters() const override { return count_non_embedding_parameters(*this); }

@@ -72,6 +72,15 @@ struct TrainingFlops {
   }
 };
 
+// The positions a model gives a sequence's tokens: rows [first, rows) of its position table
+// (config.json's max_position_embeddings; RoBERTa's count from padding_idx + 1). A family that
+// computes its positions (ModernBERT's RoPE, DeBERTa's relative ones) takes the length its config
+// declares as the table. A position past it reads another tensor's memory on a GPU.
+struct PositionRange {
+  int64_t rows = 0, first = 0;
+  int64_t longest_sequence() const { return rows - first; }
+};
+
 struct LoadReport {
   std::vector<std::string> initialized_fresh;  // model parameters the checkpoint did not have (qa_outputs only)
   std::vector<std::string> ignored;            // checkpoint tensors the QA model has no use for (MLM heads, pooler)
@@ -90,6 +99,7 @@ class QuestionAnsweringModel {
   // HF's config.json of this model, model_type and architectures included.
   virtual nlohmann::ordered_json config_json() const = 0;
   virtual int64_t vocab_size() const = 0;
+  virtual PositionRange positions() const = 0;
 
   // Padded rows ([batch, seq]; attention_mask 1 for tokens, 0 for padding). A model without
   // segment embeddings ignores token_type_ids. Positions given: the loss too.
@@ -122,5 +132,14 @@ class QuestionAnsweringModel {
 };
 
 using QAModelPtr = std::shared_ptr<QuestionAnsweringModel>;
+
+// "" when `model` has a position for every token of a sequence of `length` tokens; else why not.
+inline std::string sequence_length_problem(const QuestionAnsweringModel& model, int64_t length) {
+  const PositionRange positions = model.positions();
+  if (length <= positions.longest_sequence()) return "";
+  return "sequences of up to " + std::to_string(length) + " tokens, but the " + model.model_type() + " model has positions for " +
+         std::to_string(positions.longest_sequence()) + " (max_position_embeddings " + std::to_string(positions.rows) +
+         (positions.first > 0 ? ", from position " + std::to_string(positions.first) : "") + ")";
+}
 
 }  // namespace mpibert
