@@ -1,18 +1,12 @@
 #include "added_tokens.hpp"
 
-#include <utf8proc.h>
-
 #include "mpibert/text/unicode.hpp"
 
 namespace mpibert::tokenizer_parts {
 namespace {
 
-// Rust regex's \w: Alphabetic, marks, decimal digits, connector punctuation, the joiners.
-bool is_word_char(char32_t c) {
-  const auto k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL ||
-         k == UTF8PROC_CATEGORY_PC || c == 0x200C || c == 0x200D;
-}
+// Rust regex's \w, as AddedVocabulary's single_word test uses it (starts_with_word, ends_with_word).
+bool is_word_char(char32_t c) { return unicode::is_regex_word(c); }
 
 }  // namespace
 

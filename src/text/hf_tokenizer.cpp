@@ -7,6 +7,7 @@
 #include "added_tokens.hpp"
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
+#include "mpibert/text/unicode.hpp"
 #include "tokenizer_files.hpp"
 #include "tokenizer_json_upgrade.hpp"
 #include "tokenizer_parts.hpp"
@@ -53,6 +54,7 @@ std::string digest_of(nlohmann::json json, const AddedTokens& added) {
   for (const AddedToken& t : added.tokens) tokens.push_back({t.id, t.content, t.single_word, t.lstrip, t.rstrip, t.normalized});
   std::sort(tokens.begin(), tokens.end());
   json["added_tokens"] = std::move(tokens);
+  json["unicode_tables"] = unicode::tables_identity();  // HF's Unicode versions decide ids too
   return sha256_hex(canonical(std::move(json)).dump());
 }
 

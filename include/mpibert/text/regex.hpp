@@ -1,7 +1,9 @@
 // Regular expressions over code points, as HF's tokenizers run them (Oniguruma in the Python
-// wheel): PCRE2's 32-bit library with UTF and UCP, so that \p{L}, \s and friends are Unicode's.
-// `\w` and `\W` are rewritten to Oniguruma's Unicode word class (Alphabetic, marks, decimal
-// digits, connector punctuation, the joiners), which PCRE2 10.42's \w does not match.
+// wheel): PCRE2's 32-bit library with UTF and UCP, the pattern's classes first spelled out as
+// Oniguruma defines them, from HF's Oniguruma's Unicode tables (unicode::onig_class): \w \W \s
+// \S \d \D, \h \H (hexadecimal digits in Oniguruma), \b \B, the general categories of \p{..},
+// and POSIX brackets. PCRE2's own tables (another Unicode version, other definitions) decide
+// nothing else but the properties it is left (scripts, binary properties).
 #pragma once
 
 #include <memory>
@@ -30,7 +32,7 @@ class Regex {
   std::unique_ptr<Compiled> compiled_;
 };
 
-// A pattern that matches `literal` as it is (HF's string patterns).
+// A pattern that matches `literal` as it is (HF's string patterns). Throws InputError on invalid UTF-8.
 std::string escape_regex(const std::string& literal);
 
 }  // namespace mpibert
