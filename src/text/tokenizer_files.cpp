@@ -272,12 +272,15 @@ nlohmann::json config_for_lone_file(const std::string& path) {
 nlohmann::json config_for_copy(const std::string& source) {
   if (!fs::is_directory(source)) {
     if (source.size() >= 5 && source.compare(source.size() - 5, 5, ".json") == 0) return config_for_lone_file(source);
-    return {{"do_lower_case", true}, {"tokenizer_class", "BertTokenizer"}};  // a vocab.txt: BertTokenizer's, uncased
+    return {{"do_lower_case", true}};  // a vocab.txt: uncased, with the rules of every class that reads one
   }
   nlohmann::json config = exists(source, "tokenizer_config.json") ? read_object(source, "tokenizer_config.json")
                                                                   : nlohmann::json::object();
   if (config.contains("tokenizer_class")) return nullptr;
   const TokenizerFiles files = read_tokenizer_files(source);
+  // Slow WordPiece files: every class that reads them (BERT's, DistilBERT's, ELECTRA's) has the same
+  // rules, and the run's own model type names the one whose inputs its model takes.
+  if (files.class_name.empty() && files.tokenizer_class == TokenizerClass::kBert) return nullptr;
   config["tokenizer_class"] = files.class_name.empty() ? class_of(files.tokenizer_class) : files.class_name;
   return config;
 }

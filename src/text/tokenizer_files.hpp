@@ -41,8 +41,9 @@ TokenizerFiles read_tokenizer_files(const std::string& dir);
 // lone tokenizer.json or a vocab.txt) needs so that it reloads, in mpibert and in transformers, to
 // exactly that tokenizer wherever it is copied: a run directory has a config.json of its own, whose
 // model_type would otherwise choose the class. The source's own config with the class it was read
-// as (null where it names its class already); for a lone tokenizer.json, PreTrainedTokenizerFast with the pre-tokenizer's own
-// add_prefix_space (the class's default would change it) and the special tokens it already has.
+// as (null where it names its class already, or is WordPiece files read by their files); for a lone tokenizer.json,
+// PreTrainedTokenizerFast with the pre-tokenizer's own add_prefix_space (the class's default would change it) and the special
+// tokens it already has.
 nlohmann::json config_for_copy(const std::string& source);
 
 // tokenizer.json changed as the class's fast tokenizer changes its backend on loading.
