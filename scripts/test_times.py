@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Where the test command's time goes: ctest's per-test times of the last run in BUILD
-(Testing/Temporary/CTestCostData.txt), grouped by the program or script each test runs (from
-`ctest --show-only=json-v1`), as Markdown tables for docs/testing.md. Serial tests (RUN_SERIAL)
-are marked: while one runs, nothing else does.
+"""Where the test command's time goes: ctest's per-test times in BUILD
+(Testing/Temporary/CTestCostData.txt, each test's time averaged over the runs ctest has recorded
+there: after the one full run of a fresh build, that run's times), grouped by the program or
+script each test runs (from `ctest --show-only=json-v1`), as Markdown tables for docs/testing.md.
+Serial tests (RUN_SERIAL) are marked: while one runs, nothing else does.
 
     python3 scripts/test_times.py [BUILD] [--top N]
 """
@@ -14,7 +15,7 @@ import subprocess
 
 
 def costs(build: pathlib.Path):
-    """{test name: seconds of its last run} from ctest's cost file."""
+    """{test name: seconds} from ctest's cost file."""
     times = {}
     for line in (build / "Testing/Temporary/CTestCostData.txt").read_text().splitlines():
         if line.startswith("---"):
@@ -53,27 +54,23 @@ def main():
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
     times = costs(args.build)
-    suites = collections.defaultdict(lambda: [0, 0.0, 0.0, False])
-    singles = []
-    for name, suite, serial in tests(args.build):
-        seconds = times.get(name, 0.0)
-        entry = suites[suite]
-        entry[0] += 1
-        entry[1] += seconds
-        entry[2] = max(entry[2], seconds)
-        entry[3] = entry[3] or serial
-        singles.append((seconds, name, serial))
-    total = sum(entry[1] for entry in suites.values())
-    serial_total = sum(s for s, _, serial in singles if serial)
-    print(f"{len(singles)} tests, {total:,.0f} s of test time, of which {serial_total:,.0f} s in serial tests\n")
+    rows = [(times.get(name, 0.0), name, suite, serial) for name, suite, serial in tests(args.build)]
+    by_suite = collections.defaultdict(list)
+    for row in rows:
+        by_suite[row[2]].append(row)
+    total = sum(row[0] for row in rows)
+    serial_total = sum(row[0] for row in rows if row[3])
+    print(f"{len(rows)} tests, {total:,.0f} s of test time, of which {serial_total:,.0f} s in serial tests\n")
     print("| suite (program or script) | tests | seconds | slowest test (s) | serial |")
     print("| --- | --: | --: | --: | --- |")
-    for suite, (count, seconds, slowest, serial) in sorted(suites.items(), key=lambda item: -item[1][1]):
-        print(f"| {suite} | {count} | {seconds:,.0f} | {slowest:,.0f} | {'yes' if serial else ''} |")
+    for suite, members in sorted(by_suite.items(), key=lambda item: -sum(row[0] for row in item[1])):
+        seconds = [row[0] for row in members]
+        serial = any(row[3] for row in members)
+        print(f"| {suite} | {len(members)} | {sum(seconds):,.0f} | {max(seconds):,.0f} | {'yes' if serial else ''} |")
     print(f"\nThe {args.top} slowest tests:\n")
     print("| test | seconds | serial |")
     print("| --- | --: | --- |")
-    for seconds, name, serial in sorted(singles, reverse=True)[:args.top]:
+    for seconds, name, _suite, serial in sorted(rows, reverse=True)[:args.top]:
         print(f"| {name} | {seconds:,.1f} | {'yes' if serial else ''} |")
 
 
