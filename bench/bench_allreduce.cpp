@@ -9,6 +9,7 @@
 // the elements that differ from the expected result of one more operation on known values.
 #include <CLI/CLI.hpp>
 #include <torch/cuda.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -183,6 +184,9 @@ int main(int argc, char** argv) {
         "# mpibert bench_allreduce: backend %s (%s from %lld B), %d ranks, dtype %s, sizes %s..%s x%g, warmup %d, iters %d\n",
         backend.c_str(), algorithm.c_str(), static_cast<long long>(collectives.ring_min_bytes), comm->size(), dtype.c_str(),
         format_size(min_bytes).c_str(), format_size(max_bytes).c_str(), factor, warmup, iters);
+    // The libraries the numbers come from, as nccl-tests prints its NCCL versions.
+    const std::string nccl = mpibert::nccl_version();
+    std::printf("# LibTorch %s, NCCL %s\n", TORCH_VERSION, nccl.empty() ? "not built" : nccl.c_str());
     for (size_t r = 0; r < ranks.size(); ++r) std::printf("#  Rank %2zu on %s\n", r, ranks[r].c_str());
   }
 

@@ -6,14 +6,19 @@
 # (a tmpfs over each /usr/local/cuda-*: a CPU box, or a login node before `module load cuda`), and
 # there is no network but loopback. As an unprivileged user (nobody), in a copy of the working tree whose .venv
 # is this checkout's (read only: torch and the tools are already there),
-#   bash scripts/install-deps.sh && bash scripts/build.sh mpibert mpibert-prep
+#   bash scripts/install-deps.sh && bash scripts/build.sh mpibert-prep bench_allreduce
 # must then take the way without root (never sudo or apt), name the six libraries as to be built
 # from their pinned releases, and the build must build them from the release archives and link
-# them statically: mpibert --version and mpibert-prep --help run with the system copies still
-# hidden, and no object was compiled from a header outside the pinned releases; the CUDA and NCCL
-# code is built from the PyTorch wheel alone (configure says so, `mpibert env` names LibTorch 2.11
-# and NCCL, scripts/check_runpath.py: every library resolves, the CUDA ones from the wheel's
-# folders, none from /usr/local/cuda).
+# them statically: mpibert-prep prepares a SQuAD article and bench_allreduce all-reduces on one
+# rank with the system copies still hidden, and no object was compiled from a header outside the
+# pinned releases; the CUDA and NCCL code is built from the PyTorch wheel alone (configure says so,
+# bench_allreduce names LibTorch 2.11 and NCCL, scripts/check_runpath.py: every library resolves,
+# the CUDA ones from the wheel's folders, none from /usr/local/cuda).
+# The two programs are what the way without root changes: mpibert-prep links the text and data
+# layers (all six libraries), bench_allreduce the LibTorch, MPI and NCCL layers (comm, runtime).
+# The layers above them take their headers and libraries through the same CMake targets; the
+# main build compiles them (and build.install installs and runs them), so the test does not
+# compile them a second time.
 #
 # The network's stand-in: the release archives of cmake/pinned_dependencies.cmake in a local folder,
 # MPIBERT_DEPENDENCY_ARCHIVES (default BUILD/dependency-archives), handed to install-deps.sh and the
@@ -159,16 +164,20 @@ cd "$work/src"
 as_nobody bash -c 'bash scripts/install-deps.sh' > "$work/install-deps.log" 2>&1 ||
   { cat "$work/install-deps.log"; echo "install-deps.sh as nobody failed (above)"; exit 1; }
 cat "$work/install-deps.log"
-as_nobody bash scripts/build.sh mpibert mpibert-prep > "$work/build.out" 2>&1 ||
+as_nobody bash scripts/build.sh mpibert-prep bench_allreduce > "$work/build.out" 2>&1 ||
   { cat "$work/build.out"; echo "build.sh as nobody failed (above)"; exit 1; }
 cat "$work/build.out"
-as_nobody build/bin/mpibert --version > "$work/version.txt" 2>&1 || { cat "$work/version.txt"; echo "mpibert --version failed"; exit 1; }
-as_nobody build/bin/mpibert-prep --help > /dev/null 2>&1 || { echo "mpibert-prep --help failed"; exit 1; }
-echo "as nobody, the system copies hidden: $(cat "$work/version.txt"); mpibert-prep --help runs"
-as_nobody build/bin/mpibert env > "$work/env.json" 2> "$work/env.err" || { cat "$work/env.err"; echo "mpibert env failed"; exit 1; }
-ldd build/bin/mpibert build/bin/mpibert-prep > "$work/ldd.txt"
+as_nobody build/bin/mpibert-prep split data_prep/data/squad/dev-v1.1.json.gz --articles 0:1 --out "$work/tmp/article.json" \
+  > "$work/prep.txt" 2>&1 || { cat "$work/prep.txt"; echo "mpibert-prep split failed"; exit 1; }
+as_nobody build/bin/mpibert-prep --input "$work/tmp/article.json" --vocab data_prep/data/bert-base-uncased/vocab.txt \
+  --out "$work/tmp/shards" --split train --max-seq-length 128 --doc-stride 64 --log-level warn >> "$work/prep.txt" 2>&1 ||
+  { cat "$work/prep.txt"; echo "mpibert-prep failed"; exit 1; }
+as_nobody build/bin/bench_allreduce --backend mpi --min-bytes 1K --max-bytes 1K --warmup 1 --iters 2 > "$work/allreduce.txt" 2>&1 ||
+  { cat "$work/allreduce.txt"; echo "bench_allreduce failed"; exit 1; }
+echo "as nobody, the system copies hidden: mpibert-prep prepared a SQuAD article; bench_allreduce: $(grep -m1 '^# LibTorch' "$work/allreduce.txt")"
+ldd build/bin/bench_allreduce build/bin/mpibert-prep > "$work/ldd.txt"
 # Every library resolves with the toolkit hidden, the CUDA ones from the wheel's folders.
-for program in mpibert mpibert-prep; do /usr/bin/python3 "$root/scripts/check_runpath.py" "build/bin/$program"; done
+for program in bench_allreduce mpibert-prep; do /usr/bin/python3 "$root/scripts/check_runpath.py" "build/bin/$program"; done
 INSIDE
 unshare --mount --net --propagation private bash "$work/inside.sh" "$root" "$work" "$archives" "$ccache_dir" "${reach[@]}" ||
   fail "the build without root failed (above)"
@@ -186,13 +195,10 @@ grep -q "^install-deps: what the build needs is here" "$log" || fail "install-de
 grep -q "CUDA 13.0 runtime from .*nvidia.*(no CUDA toolkit needed)" "$src/build.log" \
   || fail "configure did not take the CUDA runtime from the wheel"
 grep -q "NCCL backend ON" "$src/build.log" || fail "the NCCL backend was not built without the toolkit"
-"$python" - "$work/env.json" <<'CHECK' || fail "mpibert env, built without the toolkit, reports the wrong LibTorch or NCCL"
-import json, sys
-env = json.load(open(sys.argv[1]))
-assert env["libtorch"].startswith("2.11"), env
-assert env["nccl"] not in (None, "", "none"), env
-print(f"mpibert env: libtorch {env['libtorch']}, nccl {env['nccl']}, devices {env['devices']}")
-CHECK
+grep -q -E "^# LibTorch 2\.11[.0-9a-z+]*, NCCL [0-9]+\.[0-9]+\.[0-9]+$" "$work/allreduce.txt" ||
+  fail "bench_allreduce, built without the toolkit, names the wrong LibTorch or no NCCL: $(grep '^# LibTorch' "$work/allreduce.txt" || head -3 "$work/allreduce.txt")"
+grep -q "Out of bounds values : 0 OK" "$work/allreduce.txt" || fail "bench_allreduce's all-reduce was wrong: $(tail -3 "$work/allreduce.txt")"
+[ -s "$work/tmp/shards/manifest.json" ] || fail "mpibert-prep wrote no manifest in $work/tmp/shards"
 if grep -q "/usr/local/cuda" "$work/ldd.txt"; then fail "a program links a library of /usr/local/cuda"; fi
 if grep -E -q "lib(spdlog|fmt|utf8proc|pcre2-32)\.so" "$work/ldd.txt"; then
   fail "a program loads a shared spdlog, fmt, utf8proc or PCRE2: $(grep -E "lib(spdlog|fmt|utf8proc|pcre2-32)" "$work/ldd.txt" | head -1)"
