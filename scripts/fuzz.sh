@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 usage() { echo "usage: scripts/fuzz.sh HARNESS|all SECONDS, or scripts/fuzz.sh --build-only HARNESS|all" >&2; exit 2; }
 build_only=0
 if [ "${1:-}" = --build-only ]; then build_only=1; shift; [ $# -eq 1 ] || usage; else [ $# -eq 2 ] || usage; fi
-all=(fuzz_squad fuzz_squad_jsonl fuzz_squad_parquet fuzz_vocab fuzz_tokenizer fuzz_tokenizer_json fuzz_model_config
+all=(fuzz_squad fuzz_squad_jsonl fuzz_question_lines fuzz_squad_parquet fuzz_vocab fuzz_tokenizer fuzz_tokenizer_json fuzz_model_config
      fuzz_train_config fuzz_safetensors fuzz_manifest fuzz_shard fuzz_checkpoint fuzz_score)
 if [ "$1" = all ]; then harnesses=("${all[@]}"); else harnesses=("$1"); fi
 bash scripts/build.sh --asan "${harnesses[@]}" > /dev/null
@@ -34,7 +34,7 @@ fuzz_one() {
   case $name in
     fuzz_safetensors) args+=(-dict=tests/fuzz/dict/safetensors.dict) ;;
     fuzz_train_config) args+=(-dict=tests/fuzz/dict/toml.dict) ;;
-    fuzz_squad|fuzz_squad_jsonl|fuzz_model_config|fuzz_manifest|fuzz_checkpoint|fuzz_score|fuzz_tokenizer_json) args+=(-dict=tests/fuzz/dict/json.dict) ;;
+    fuzz_squad|fuzz_squad_jsonl|fuzz_question_lines|fuzz_model_config|fuzz_manifest|fuzz_checkpoint|fuzz_score|fuzz_tokenizer_json) args+=(-dict=tests/fuzz/dict/json.dict) ;;
   esac
   local result=ok
   "build-asan/fuzz/$name" "${args[@]}" "$work" "$seeds" > "$log" 2>&1 || result="FINDING (see $log)"

@@ -31,10 +31,14 @@ def squad_questions(path, first, last, limit, fits):
                         return
 
 
-def mpibert_answer(binary, run_dir, question, context):
-    out = subprocess.run([binary, "predict", "--model", run_dir, "--question", question, "--context", context,
-                          "--device", "cpu", "--log-level", "warn"], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def mpibert_answers(binary, run_dir, pairs):
+    """`mpibert predict --questions -`: one process, each question answered as a lone --question is."""
+    lines = "".join(json.dumps({"id": str(i), "question": q, "context": c}) + "\n" for i, (q, c) in enumerate(pairs))
+    out = subprocess.run([binary, "predict", "--model", run_dir, "--questions", "-", "--device", "cpu",
+                          "--log-level", "warn"], input=lines, check=True, capture_output=True, text=True)
+    answers = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [a["id"] for a in answers] == [str(i) for i in range(len(pairs))], out.stdout
+    return answers
 
 
 def main():
@@ -52,10 +56,10 @@ def main():
     fits = lambda question, context: len(qa.tokenizer(question, context)["input_ids"]) <= 384
     first, last = (int(x) for x in args.articles.split(":"))
     differing = compared = 0
-    for question, context in squad_questions(args.squad, first, last, args.questions, fits):
+    pairs = list(squad_questions(args.squad, first, last, args.questions, fits))
+    for (question, context), mine in zip(pairs, mpibert_answers(args.mpibert, args.run_dir, pairs)):
         hf = qa(question=question, context=context, max_answer_len=30, align_to_words=False, top_k=1,
                 handle_impossible_answer=False)
-        mine = mpibert_answer(args.mpibert, args.run_dir, question, context)
         same = hf["answer"] == mine["answer"]
         compared += 1
         differing += not same

@@ -28,7 +28,8 @@ bin=${MPIBERT_BIN_DIR:-$root/build/bin}
 py=${HF_PYTHON:-$root/.venv/bin/python3}
 vocab=$root/data_prep/data/bert-base-uncased/vocab.txt
 squad=$root/data_prep/data/squad/dev-v1.1.json.gz
-"$py" -c 'import transformers, tokenizers, torch' 2>/dev/null ||
+# Found, not imported: importing them costs seconds, which the helpers below pay once each.
+"$py" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("transformers", "tokenizers", "torch")))' 2>/dev/null ||
   { echo "FAIL: $py has no transformers: bash scripts/install-deps.sh installs it"; exit 1; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_hf_pipeline.XXXXXX")

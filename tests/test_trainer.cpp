@@ -8,6 +8,8 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
+#include <vector>
 
 #include "encoder_families.hpp"
 #include "mpibert/core/error.hpp"
@@ -464,6 +466,33 @@ TEST_F(Trainer, CommandLineTrainEvalAndPredict) {
   const int64_t begin = answer["start"], end = answer["end"];
   ASSERT_LT(begin, end);
   EXPECT_EQ(answer["answer"], context.substr(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
+
+  // A file of questions: each answered as the lone --question is, in order, named by its id (or line).
+  test::write_text(run.file("questions.jsonl"), "{\"id\": \"q1\", \"question\": \"Who won Super Bowl 50?\", \"context\": \"" +
+                                                    context +
+                                                    "\", \"answers\": {\"text\": [], \"answer_start\": []}}\n\n"
+                                                    "{\"question\": \"Who lost?\", \"context\": \"" +
+                                                    context + "\"}\n");
+  test::CommandResult many = test::run_command(mpibert + "predict --model " + checkpoint + " --questions " +
+                                               run.file("questions.jsonl") + " 2>/dev/null");
+  ASSERT_EQ(many.exit_status, 0) << many.output;
+  std::istringstream lines(many.output);
+  std::vector<nlohmann::json> answers;
+  for (std::string line; std::getline(lines, line);) answers.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(answers.size(), 2u) << many.output;
+  EXPECT_EQ(answers[0]["id"], "q1");
+  EXPECT_EQ(answers[1]["id"], "line 3");
+  answers[0].erase("id");
+  EXPECT_EQ(answers[0], answer) << "a question of the file is answered as the lone --question";
+  test::write_text(run.file("bad.jsonl"), "{\"question\": \"q\", \"context\": \"c\"}\n{\"question\": \"q\"}\n");
+  test::CommandResult bad =
+      test::run_command(mpibert + "predict --model " + checkpoint + " --questions " + run.file("bad.jsonl"));
+  EXPECT_EQ(bad.exit_status, 1) << bad.output;
+  EXPECT_NE(bad.output.find(run.file("bad.jsonl") + ": line 2: has no 'context'"), std::string::npos) << bad.output;
+  test::CommandResult both = test::run_command(mpibert + "predict --model " + checkpoint + " --questions " +
+                                               run.file("questions.jsonl") + " --question q --context c");
+  EXPECT_NE(both.exit_status, 0) << both.output;
+  EXPECT_NE(both.output.find("--context excludes --questions"), std::string::npos) << both.output;
 
   test::CommandResult environment = test::run_command(mpibert + "env --device cpu 2>/dev/null");
   ASSERT_EQ(environment.exit_status, 0) << environment.output;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
+#include <iterator>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "mpibert/core/error.hpp"
 #include "mpibert/core/io.hpp"
 #include "mpibert/core/logging.hpp"
+#include "mpibert/data/question_lines.hpp"
 #include "mpibert/data/shard_building.hpp"
 #include "mpibert/model/hf_model_dir.hpp"
 #include "mpibert/model/model_registry.hpp"
@@ -139,7 +141,7 @@ struct ModelCommands::Impl {
   // run_qa.py's data options, refused with what to give instead (check_command_line)
   std::string dataset_name, dataset_config_name, train_file, validation_file;
   // eval and predict
-  std::string model_dir, data_dir, output_dir, context, question;
+  std::string model_dir, data_dir, output_dir, context, question, questions_file;
   DeviceChoice device = DeviceChoice::kAuto;
   Padding eval_padding = Padding::kDynamic;
   int64_t batch_size = 64;
@@ -166,7 +168,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   impl_->add_train_options();
   Impl& m = *impl_;
   m.eval = app.add_subcommand("eval", "evaluate an HF model directory on prepared shards");
-  m.predict = app.add_subcommand("predict", "answer one question about one context");
+  m.predict = app.add_subcommand("predict", "answer a question about a context, or each of a file's");
   // eval takes train's names for the same things (--eval-shards, --eval-batch-size, ...), and run_qa's.
   m.eval->add_option("--data,--eval-shards,--eval_shards", m.data_dir, "shards prepared with mpibert-prep --split eval")
       ->required()
@@ -188,8 +190,15 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->transform(whole_number<int64_t>())
       ->capture_default_str()
       ->group("Evaluation");
-  m.predict->add_option("--context", m.context, "the passage to find the answer in")->required()->group("Question");
-  m.predict->add_option("--question", m.question, "the question about it")->required()->group("Question");
+  CLI::Option* context = m.predict->add_option("--context", m.context, "the passage to find the answer in")->group("Question");
+  CLI::Option* question = m.predict->add_option("--question", m.question, "the question about it")->group("Question");
+  m.predict
+      ->add_option("--questions", m.questions_file,
+                   "JSON Lines of {\"question\", \"context\"[, \"id\"]} (a SQuAD .jsonl as it is; - for stdin): one "
+                   "answer a line, in order")
+      ->excludes(context)
+      ->excludes(question)
+      ->group("Question");
   for (CLI::App* command : {m.eval, m.predict}) {
     command->add_option("--n-best-size,--n_best_size", m.postprocess.n_best_size, "start and end logits considered for answers")
         ->transform(whole_number<decltype(m.postprocess.n_best_size)>())
@@ -482,23 +491,36 @@ int ModelCommands::Impl::run_eval() {
 }
 
 int ModelCommands::Impl::run_predict() {
+  if (questions_file.empty() && (context.empty() || question.empty()))
+    throw InputError("give --context and --question, or --questions FILE");
+  const bool from_file = !questions_file.empty();
+  // The questions before the model: a bad file costs no model load.
+  const SquadDataset data =
+      from_file
+          ? read_question_lines(questions_file, questions_file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
+                                                                      : read_file(questions_file))
+          : single_question("--context/--question", "question", context, question);
   const HfTokenizer tokenizer = HfTokenizer::load(model_tokenizer(model_dir));
   const QAModelPtr model = load_qa_model(model_dir, model_tokenizer(model_dir));
   model->module().to(select_device(device, 0));
-  const SquadDataset data = single_question("--context/--question", "question", context, question);
   ShardHeader header;
   header.split = "eval";
-  FeatureStore store = FeatureStore::from_shard(build_shard(data, 0, 1, tokenizer, header));
-  const FeatureLogits logits = compute_logits(*model, store, batch_size);
-  const ExamplePrediction prediction = postprocess_qa_predictions(store, logits.start, logits.end, postprocess).front();
-  const Candidate& best = prediction.nbest.front();
-  nlohmann::ordered_json answer = {{"answer", prediction.text},
-                                   {"score", best.score},
-                                   {"probability", best.probability},
-                                   {"start", best.char_begin},
-                                   {"end", best.char_end}};
-  if (prediction.null_score_diff) answer["null_score_diff"] = *prediction.null_score_diff;
-  std::cout << answer.dump() << "\n";
+  // One question at a time, as a lone --question is answered: its features alone in their batch.
+  for (int64_t e = 0; e < static_cast<int64_t>(data.examples.size()); ++e) {
+    FeatureStore store = FeatureStore::from_shard(build_shard(data, e, 1, tokenizer, header));
+    const FeatureLogits logits = compute_logits(*model, store, batch_size);
+    const ExamplePrediction prediction = postprocess_qa_predictions(store, logits.start, logits.end, postprocess).front();
+    const Candidate& best = prediction.nbest.front();
+    nlohmann::ordered_json answer;
+    if (from_file) answer["id"] = data.examples[static_cast<size_t>(e)].id;
+    answer["answer"] = prediction.text;
+    answer["score"] = best.score;
+    answer["probability"] = best.probability;
+    answer["start"] = best.char_begin;
+    answer["end"] = best.char_end;
+    if (prediction.null_score_diff) answer["null_score_diff"] = *prediction.null_score_diff;
+    std::cout << answer.dump() << std::endl;  // a line as soon as it is known, for a reader of the pipe
+  }
   return 0;
 }
 

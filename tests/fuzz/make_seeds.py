@@ -51,6 +51,8 @@ for label, data in (("v1.1", v1), ("v2.0", v2)):
     lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in records(data))
     seed("fuzz_squad_jsonl", label + ".jsonl", lines)
     seed("fuzz_squad_jsonl", label + ".jsonl.gz", gzip.compress(lines.encode(), mtime=0))
+    seed("fuzz_question_lines", label + ".jsonl", lines)  # `predict --questions` takes run_qa's records as they are
+seed("fuzz_question_lines", "pipeline.jsonl", '{"question": "Who?", "context": "Ann did."}\n\n{"id": "2", "question": "", "context": ""}\n')
 try:  # the Parquet seeds need pyarrow (the .venv's Python has it); uncompressed, so that mutations reach the values
     import io
     import pyarrow as pa
