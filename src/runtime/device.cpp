@@ -3,8 +3,10 @@
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -95,10 +97,22 @@ void synchronize(const torch::Device& device) {
 
 double measure_matmul_flops_per_second(const torch::Device& device, torch::ScalarType dtype, double seconds) {
   torch::NoGradGuard no_grad;
-  // On a GPU n = 4096: enough to reach the GEMM rate, and its 200 MB stay below a training
-  // step's peak, which peak_allocated_bytes reports.
-  const int64_t n = device.is_cuda() ? 4096 : 1024;
   const auto options = torch::TensorOptions().device(device).dtype(dtype);
+  // On a GPU n = 4096: enough to reach the GEMM rate, and its 200 MB stay below a training
+  // step's peak, which peak_allocated_bytes reports. On a CPU up to 1024, as large as a product
+  // taking at most a quarter of `seconds` allows: CPUs without fp16 or bf16 GEMM kernels run
+  // those at a few GFLOP/s, where one 1024 product alone would take seconds.
+  int64_t n = device.is_cuda() ? 4096 : 1024;
+  if (!device.is_cuda()) {
+    n = 256;
+    const torch::Tensor probe = torch::full({n, n}, 0.5, options);
+    (void)torch::matmul(probe, probe);  // warm-up
+    const auto begin = std::chrono::steady_clock::now();
+    (void)torch::matmul(probe, probe);
+    const double one = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 1e-9);
+    const auto product_seconds = [one](int64_t size) { return one * std::pow(static_cast<double>(size) / 256, 3); };
+    while (n < 1024 && product_seconds(n * 2) <= seconds / 4) n *= 2;
+  }
   // Constant operands: the speed does not depend on the values, and the run's random streams
   // (weights, dropout, the order of the data) must not move.
   const torch::Tensor a = torch::full({n, n}, 0.5, options), b = torch::full({n, n}, 0.25, options);
