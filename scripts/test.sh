@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test suite (GoogleTest + multi-rank mpiexec
-# tests), then every fuzz harness for 30 s under ASan + UBSan after replaying its corpus
+# tests), then every fuzz harness for 10 s under ASan + UBSan after replaying its corpus
 # (scripts/fuzz.sh; the sanitizer runs of the suites are scripts/sanitize.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +19,4 @@ trap 'kill -- "-$harnesses" 2> /dev/null || true' EXIT
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900)
 wait "$harnesses" || { tail -50 build-asan.log; echo "test.sh: the fuzz harnesses' build failed (build-asan.log, above)"; exit 1; }
 trap - EXIT
-bash scripts/fuzz.sh all 30
+bash scripts/fuzz.sh all 10
