@@ -506,13 +506,15 @@ int ModelCommands::Impl::run_predict() {
   ShardHeader header;
   header.split = "eval";
   // One question at a time, as a lone --question is answered: its features alone in their batch.
-  for (int64_t e = 0; e < static_cast<int64_t>(data.examples.size()); ++e) {
-    FeatureStore store = FeatureStore::from_shard(build_shard(data, e, 1, tokenizer, header));
+  for (const Example& example : data.examples) {
+    const SquadDataset one =
+        single_question(data.path, example.id, data.contexts[static_cast<size_t>(example.context_index)], example.question);
+    FeatureStore store = FeatureStore::from_shard(build_shard(one, 0, 1, tokenizer, header));
     const FeatureLogits logits = compute_logits(*model, store, batch_size);
     const ExamplePrediction prediction = postprocess_qa_predictions(store, logits.start, logits.end, postprocess).front();
     const Candidate& best = prediction.nbest.front();
     nlohmann::ordered_json answer;
-    if (from_file) answer["id"] = data.examples[static_cast<size_t>(e)].id;
+    if (from_file) answer["id"] = example.id;
     answer["answer"] = prediction.text;
     answer["score"] = best.score;
     answer["probability"] = best.probability;
