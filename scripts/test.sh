@@ -2,8 +2,24 @@
 # Installs what is missing, builds, and runs every test suite (GoogleTest + multi-rank mpiexec
 # tests), then every fuzz harness for 10 s under ASan + UBSan after replaying its corpus
 # (scripts/fuzz.sh; the sanitizer runs of the suites are scripts/sanitize.sh).
+#   scripts/test.sh            everything, as CI and the README run it
+#   scripts/test.sh --fast     a developer's loop: build, then the unit and ranks tiers (no install, no fuzzing)
+#   scripts/test.sh -L LABEL   build, then the tests of one label: a layer (text, data, ...) or a tier
+#                              (unit, ranks, e2e, system); ctest's regular expression (docs/testing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+labels=""
+case "${1:-}" in
+  --fast) labels='^(unit|ranks)$' ;;
+  -L) [ $# -eq 2 ] || { echo "usage: scripts/test.sh [--fast | -L LABEL]" >&2; exit 2; }; labels=$2 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--fast | -L LABEL]" >&2; exit 2 ;;
+esac
+if [ -n "$labels" ]; then
+  bash scripts/build.sh
+  source scripts/env.sh
+  cd build && exec ctest --output-on-failure -j "$(nproc)" --timeout 900 -L "$labels"
+fi
 bash scripts/install-deps.sh --with-sanitizers
 bash scripts/build.sh
 source scripts/env.sh

@@ -1,0 +1,15 @@
+# Read by ctest (BUILD/tests/discovered_labels.cmake includes it): labels, and an environment, for
+# every test of a GoogleTest suite's list, which gtest_discover_tests wrote to TESTS_FILE.
+function(mpibert_label_discovered tests_file layer tier)
+  if(NOT EXISTS "${tests_file}")
+    return()
+  endif()
+  file(STRINGS "${tests_file}" lines REGEX "^add_test\\(\\[=\\[")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^add_test\\(\\[=\\[([^]]*)\\]=\\].*" "\\1" name "${line}")
+    set_tests_properties("${name}" PROPERTIES LABELS "${layer};${tier}")
+    if(ARGC GREATER 3)
+      set_tests_properties("${name}" PROPERTIES ENVIRONMENT "${ARGV3}")
+    endif()
+  endforeach()
+endfunction()
