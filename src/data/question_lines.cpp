@@ -2,9 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <string_view>
-
 #include "mpibert/core/error.hpp"
+#include "mpibert/data/squad_json_records.hpp"
 
 namespace mpibert {
 namespace {
@@ -27,20 +26,7 @@ std::string string_field(const json& record, const char* name, bool required, co
 SquadDataset read_question_lines(const std::string& path, const std::string& text) {
   SquadDataset data;
   data.path = path;
-  size_t begin = 0;
-  for (int64_t line = 1; begin < text.size(); ++line) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view content(text.data() + begin, end - begin);
-    begin = end + 1;
-    if (content.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const std::string where = "line " + std::to_string(line);
-    json record;
-    try {
-      record = json::parse(content);
-    } catch (const json::exception& e) {  // parse_error (ill-formed UTF-8 too), out_of_range for 1e400
-      throw InputError(describe(path, where, std::string("not valid JSON: ") + e.what()));
-    }
+  for_each_json_line(path, text, [&](const json& record, const std::string& where) {
     if (!record.is_object()) throw InputError(describe(path, where, std::string("must be an object, not ") + record.type_name()));
     Example example;
     example.id = string_field(record, "id", false, path, where);
@@ -53,7 +39,7 @@ SquadDataset read_question_lines(const std::string& path, const std::string& tex
     data.articles.push_back(ArticleRange{"", example.context_index, 1, index, 1, static_cast<double>(context.size())});
     data.contexts.push_back(context);
     data.examples.push_back(std::move(example));
-  }
+  });
   if (data.examples.empty()) throw InputError(describe(path, "", "holds no question (one JSON object a line)"));
   return data;
 }

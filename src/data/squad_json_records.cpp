@@ -42,7 +42,8 @@ bool is_nested_squad(const json& document, const SquadColumns& columns) {
          data->front().contains("paragraphs");
 }
 
-void read_json_lines(const std::string& path, const std::string& text, const SquadColumns& columns, SquadAssembler& assembler) {
+void for_each_json_line(const std::string& path, const std::string& text,
+                        const std::function<void(const json& value, const std::string& where)>& each) {
   size_t begin = 0;
   for (int64_t line = 1; begin < text.size(); ++line) {
     size_t end = text.find('\n', begin);
@@ -51,14 +52,20 @@ void read_json_lines(const std::string& path, const std::string& text, const Squ
     begin = end + 1;
     if (blank(content)) continue;
     const std::string where = "line " + std::to_string(line);
-    json record;
+    json value;
     try {
-      record = json::parse(content);
-    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
+      value = json::parse(content);
+    } catch (const json::exception& e) {  // parse_error (ill-formed UTF-8 too), out_of_range for 1e400
       throw InputError(describe(path, where, std::string("not valid JSON: ") + e.what()));
     }
-    assembler.add(squad_record_from_json(record, columns, path, where), path, where);
+    each(value, where);
   }
+}
+
+void read_json_lines(const std::string& path, const std::string& text, const SquadColumns& columns, SquadAssembler& assembler) {
+  for_each_json_line(path, text, [&](const json& record, const std::string& where) {
+    assembler.add(squad_record_from_json(record, columns, path, where), path, where);
+  });
 }
 
 void read_flat_json(const std::string& path, const json& document, const SquadColumns& columns, SquadAssembler& assembler) {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <functional>
 #include <string>
 
 #include "mpibert/data/squad_records.hpp"
@@ -19,6 +20,11 @@ bool is_json_lines(const std::string& path, const std::string& text);
 // Whether a parsed JSON document is SQuAD's nested layout rather than flat records: anything but
 // an array, a lone record, or a "data" array whose first item is a record (no "paragraphs").
 bool is_nested_squad(const nlohmann::json& document, const SquadColumns& columns);
+
+// Calls `each` with every non-blank line of JSON Lines `text` (of `path`), parsed, and where it is
+// ("line N", from 1). A line that is not JSON is an InputError naming it.
+void for_each_json_line(const std::string& path, const std::string& text,
+                        const std::function<void(const nlohmann::json& value, const std::string& where)>& each);
 
 // Adds each line's record to `assembler`. A line that is not JSON, or no record, is an InputError
 // naming its line number (from 1); blank lines are skipped.
